@@ -1,0 +1,186 @@
+"""The typed model configuration read from GGUF metadata, and the tensors each architecture needs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .errors import ModelError
+
+# How each supported architecture differs from plain Llama.
+#   rope_neox: rotate the two halves of a head (NeoX) instead of adjacent pairs (GPT-J / "normal")
+#   qkv_bias:  attn_q/k/v carry a bias ("required", "optional" or "none")
+#   qk_norm:   per-head RMSNorm of q and k before RoPE (Qwen3)
+ARCHITECTURES = {
+    "llama": dict(rope_neox=False, qkv_bias="optional", qk_norm=False),
+    "qwen2": dict(rope_neox=True, qkv_bias="required", qk_norm=False),
+    "qwen3": dict(rope_neox=True, qkv_bias="none", qk_norm=True),
+}
+
+
+@dataclass(frozen=True)
+class RopeScaling:
+    type: str = "none"            # none | linear | yarn
+    factor: float = 1.0
+    orig_ctx: int = 0             # context length the model was trained with (yarn)
+    ext_factor: float = 0.0       # yarn: mix of extrapolation (1.0 for yarn)
+    attn_factor: float = 1.0      # yarn: magnitude scale
+    beta_fast: float = 32.0
+    beta_slow: float = 1.0
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    arch: str
+    name: str
+    n_vocab: int
+    n_embd: int                   # hidden size
+    n_layer: int
+    n_head: int
+    n_head_kv: int
+    head_dim: int                 # per-head size of q and k
+    head_dim_v: int               # per-head size of v
+    n_ff: int                     # feed-forward (SwiGLU) inner size
+    n_ctx_train: int              # context length the model was trained for
+    rms_eps: float
+    rope_neox: bool
+    rope_dim: int                 # leading dims of each head that RoPE rotates
+    rope_theta: float
+    rope_scaling: RopeScaling = field(default_factory=RopeScaling)
+    has_rope_freqs: bool = False  # rope_freqs.weight divides the frequencies (Llama 3.1)
+    qkv_bias: bool = False
+    qk_norm: bool = False
+    tied_embeddings: bool = False  # no output.weight: the head reuses token_embd.weight
+
+    @property
+    def n_gqa(self) -> int:
+        return self.n_head // self.n_head_kv
+
+
+def config_from_gguf(gf) -> ModelConfig:
+    """Build and check the config of an opened GGUFFile. Raises ModelError with the problem."""
+    md, path = gf.metadata, gf.path
+    arch = md.get("general.architecture")
+    if arch is None:
+        raise ModelError(path, "missing general.architecture in the GGUF metadata")
+    if arch not in ARCHITECTURES:
+        raise ModelError(path, f"unsupported architecture {arch!r} (supported: "
+                               f"{', '.join(ARCHITECTURES)})")
+    traits = ARCHITECTURES[arch]
+
+    def req(key: str):
+        v = md.get(f"{arch}.{key}")
+        if v is None:
+            raise ModelError(path, f"missing metadata key {arch}.{key}")
+        return v
+
+    def opt(key: str, default):
+        v = md.get(f"{arch}.{key}")
+        return default if v is None else v
+
+    if int(opt("expert_count", 0)) > 0:
+        raise ModelError(path, "mixture-of-experts models are not supported")
+    n_embd = int(req("embedding_length"))
+    n_head = int(req("attention.head_count"))
+    n_head_kv = opt("attention.head_count_kv", n_head)
+    if not isinstance(n_head_kv, int):          # per-layer arrays: only uniform ones are supported
+        values = set(int(x) for x in n_head_kv)
+        if len(values) != 1:
+            raise ModelError(path, "per-layer head counts are not supported")
+        n_head_kv = values.pop()
+    if n_head <= 0 or n_head_kv <= 0 or n_head % n_head_kv:
+        raise ModelError(path, f"head_count {n_head} is not a multiple of head_count_kv {n_head_kv}")
+    head_dim = int(opt("attention.key_length", n_embd // n_head))
+    head_dim_v = int(opt("attention.value_length", head_dim))
+    rope_dim = int(opt("rope.dimension_count", head_dim))
+    if rope_dim > head_dim or rope_dim % 2:
+        raise ModelError(path, f"rope.dimension_count {rope_dim} does not fit head size {head_dim}")
+
+    scaling = RopeScaling()
+    stype = opt("rope.scaling.type", "none")
+    factor = float(opt("rope.scaling.factor", 0.0) or 0.0)
+    if stype in ("linear", "yarn") and factor > 1.0:
+        if stype == "linear":
+            scaling = RopeScaling("linear", factor)
+        else:
+            scaling = RopeScaling(
+                "yarn", factor,
+                orig_ctx=int(opt("rope.scaling.original_context_length", opt("context_length", 0))),
+                ext_factor=1.0,
+                attn_factor=float(opt("rope.scaling.attn_factor", 1.0)),
+                beta_fast=float(opt("rope.scaling.yarn_beta_fast", 32.0)),
+                beta_slow=float(opt("rope.scaling.yarn_beta_slow", 1.0)))
+    elif stype not in ("none", "linear", "yarn"):
+        raise ModelError(path, f"unsupported rope scaling type {stype!r}")
+
+    emb = gf.tensors.get("token_embd.weight")
+    if emb is None:
+        raise ModelError(path, "missing tensor token_embd.weight")
+    n_vocab = emb.shape[1] if len(emb.shape) > 1 else 0
+    return ModelConfig(
+        arch=arch,
+        name=str(md.get("general.name", arch)),
+        n_vocab=n_vocab,
+        n_embd=n_embd,
+        n_layer=int(req("block_count")),
+        n_head=n_head,
+        n_head_kv=int(n_head_kv),
+        head_dim=head_dim,
+        head_dim_v=head_dim_v,
+        n_ff=int(req("feed_forward_length")),
+        n_ctx_train=int(opt("context_length", 2048)),
+        rms_eps=float(opt("attention.layer_norm_rms_epsilon", 1e-5)),
+        rope_neox=traits["rope_neox"],
+        rope_dim=rope_dim,
+        rope_theta=float(opt("rope.freq_base", 10000.0)),
+        rope_scaling=scaling,
+        has_rope_freqs="rope_freqs.weight" in gf.tensors,
+        qkv_bias=traits["qkv_bias"] == "required" or (
+            traits["qkv_bias"] == "optional" and "blk.0.attn_q.bias" in gf.tensors),
+        qk_norm=traits["qk_norm"],
+        tied_embeddings="output.weight" not in gf.tensors,
+    )
+
+
+def expected_tensors(c: ModelConfig) -> dict[str, tuple[int, ...]]:
+    """Every tensor the forward pass reads, with its GGUF shape (row length first)."""
+    q, kv, v = c.n_head * c.head_dim, c.n_head_kv * c.head_dim, c.n_head_kv * c.head_dim_v
+    t = {"token_embd.weight": (c.n_embd, c.n_vocab), "output_norm.weight": (c.n_embd,)}
+    if not c.tied_embeddings:
+        t["output.weight"] = (c.n_embd, c.n_vocab)
+    if c.has_rope_freqs:
+        t["rope_freqs.weight"] = (c.rope_dim // 2,)
+    for i in range(c.n_layer):
+        b = f"blk.{i}."
+        t[b + "attn_norm.weight"] = (c.n_embd,)
+        t[b + "attn_q.weight"] = (c.n_embd, q)
+        t[b + "attn_k.weight"] = (c.n_embd, kv)
+        t[b + "attn_v.weight"] = (c.n_embd, v)
+        t[b + "attn_output.weight"] = (c.n_head * c.head_dim_v, c.n_embd)
+        if c.qkv_bias:
+            t[b + "attn_q.bias"], t[b + "attn_k.bias"], t[b + "attn_v.bias"] = (q,), (kv,), (v,)
+        if c.qk_norm:
+            t[b + "attn_q_norm.weight"] = (c.head_dim,)
+            t[b + "attn_k_norm.weight"] = (c.head_dim,)
+        t[b + "ffn_norm.weight"] = (c.n_embd,)
+        t[b + "ffn_gate.weight"] = (c.n_embd, c.n_ff)
+        t[b + "ffn_up.weight"] = (c.n_embd, c.n_ff)
+        t[b + "ffn_down.weight"] = (c.n_ff, c.n_embd)
+    return t
+
+
+# Tensors that must stay float (they are read once per token, element-wise).
+NORM_TENSOR_SUFFIXES = ("_norm.weight", ".bias", "rope_freqs.weight")
+
+
+def check_tensors(gf, c: ModelConfig) -> None:
+    """Raise ModelError for the first missing or mis-shaped tensor."""
+    for name, shape in expected_tensors(c).items():
+        t = gf.tensors.get(name)
+        if t is None:
+            raise ModelError(gf.path, f"missing tensor {name}")
+        if tuple(t.shape) != shape:
+            raise ModelError(gf.path, f"tensor {name} has shape {list(t.shape)}, expected "
+                                      f"{list(shape)} for this {c.arch} configuration")
+        if name.endswith(NORM_TENSOR_SUFFIXES) and t.type.name not in ("F32", "F16", "BF16"):
+            raise ModelError(gf.path, f"tensor {name} is {t.type.name}; norms and biases "
+                                      "must be F32, F16 or BF16")

@@ -1,0 +1,132 @@
+"""The numpy reference engine: the oracle every faster engine is checked against.
+
+Plain float32 math on weights dequantised once with `gguf.quants.dequantize`. `forward` is one flat
+function that reads like the papers (Llama, Qwen2, Qwen3): embedding, then per layer RMSNorm ->
+q/k/v -> RoPE -> grouped-query attention over the KV cache -> output projection -> residual,
+RMSNorm -> SwiGLU FFN -> residual; then the final norm and the output head.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .batch import Batch
+from .config import ModelConfig
+from .kv_cache import DEFAULT_MAX_CTX, KVCache
+from .model import Model
+
+
+def rms_norm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
+    """x * w / sqrt(mean(x^2) + eps) over the last axis."""
+    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
+
+
+def silu(x: np.ndarray) -> np.ndarray:
+    return x / (1.0 + np.exp(-x))
+
+
+def rope_angles(c: ModelConfig, positions: np.ndarray, freq_factors=None):
+    """cos, sin [n, rope_dim/2] and the magnitude scale for each position (llama.cpp's rope_yarn)."""
+    half = c.rope_dim // 2
+    inv_freq = c.rope_theta ** (-np.arange(half, dtype=np.float64) * 2.0 / c.rope_dim)
+    if freq_factors is not None:
+        inv_freq = inv_freq / freq_factors.astype(np.float64)
+    theta_extrap = positions.astype(np.float64)[:, None] * inv_freq[None, :]
+    s, mscale = c.rope_scaling, 1.0
+    if s.type in ("linear", "yarn"):
+        theta = theta_extrap / s.factor                   # interpolation
+        if s.type == "yarn":
+            # blend interpolation and extrapolation per dimension pair (YaRN ramp)
+            def corr_dim(n_rot):
+                return c.rope_dim * math.log(s.orig_ctx / (n_rot * 2 * math.pi)) / (
+                    2 * math.log(c.rope_theta))
+            low = max(0.0, math.floor(corr_dim(s.beta_fast)))
+            high = min(c.rope_dim - 1.0, math.ceil(corr_dim(s.beta_slow)))
+            y = (np.arange(half) - low) / max(0.001, high - low)
+            ramp = (1.0 - np.clip(y, 0.0, 1.0)) * s.ext_factor
+            theta = theta * (1 - ramp) + theta_extrap * ramp
+            mscale = s.attn_factor * (1.0 + 0.1 * math.log(s.factor))
+    else:
+        theta = theta_extrap
+    return (np.cos(theta) * mscale).astype(np.float32), (np.sin(theta) * mscale).astype(np.float32)
+
+
+def apply_rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, rope_dim: int, neox: bool):
+    """Rotate the first rope_dim dims of every head. x [n, heads, head_dim]; cos/sin [n, rope_dim/2]."""
+    half = rope_dim // 2
+    out = x.copy()
+    if neox:                          # pairs (i, i + half): the two halves of the head
+        x0, x1 = x[..., :half], x[..., half:rope_dim]
+    else:                             # pairs (2i, 2i + 1): adjacent dims
+        x0, x1 = x[..., 0:rope_dim:2], x[..., 1:rope_dim:2]
+    c, s = cos[:, None, :], sin[:, None, :]
+    r0, r1 = x0 * c - x1 * s, x0 * s + x1 * c
+    if neox:
+        out[..., :half], out[..., half:rope_dim] = r0, r1
+    else:
+        out[..., 0:rope_dim:2], out[..., 1:rope_dim:2] = r0, r1
+    return out
+
+
+class ReferenceEngine:
+    """Forward passes in numpy over a KV cache of `max_seqs` sequences of `n_ctx` tokens."""
+
+    name = "reference"
+
+    def __init__(self, model: Model, n_ctx: int | None = None, max_seqs: int = 4,
+                 kv_dtype: str = "f32"):
+        self.model, self.config = model, model.config
+        c = self.config
+        self.n_ctx = n_ctx or min(c.n_ctx_train, DEFAULT_MAX_CTX)
+        self.kv = KVCache(c.n_layer, max_seqs, c.n_head_kv, self.n_ctx, c.head_dim,
+                          c.head_dim_v, kv_dtype)
+        w = {name: t.dequantize() for name, t in model.tensors.items()}
+        self.w = w
+        self.w_out = w["token_embd.weight"] if c.tied_embeddings else w["output.weight"]
+        self.freq_factors = w.get("rope_freqs.weight")
+
+    def forward(self, batch: Batch) -> np.ndarray:
+        """Logits [len(batch.logits_rows), n_vocab] for a batch of tokens (see Batch)."""
+        c, w, kv = self.config, self.w, self.kv
+        n = len(batch)
+        pos, seq = batch.positions, batch.seq_ids
+        kv.check(pos, seq)
+        cos, sin = rope_angles(c, pos, self.freq_factors)
+        scale = 1.0 / math.sqrt(c.head_dim)
+
+        x = w["token_embd.weight"][batch.tokens]                     # [n, n_embd]
+        for il in range(c.n_layer):
+            p = f"blk.{il}."
+            # ---- attention block ----
+            h = rms_norm(x, w[p + "attn_norm.weight"], c.rms_eps)     # [n, n_embd]
+            q = h @ w[p + "attn_q.weight"].T                          # [n, n_head * head_dim]
+            k = h @ w[p + "attn_k.weight"].T                          # [n, n_head_kv * head_dim]
+            v = h @ w[p + "attn_v.weight"].T                          # [n, n_head_kv * head_dim_v]
+            if c.qkv_bias:
+                q, k, v = q + w[p + "attn_q.bias"], k + w[p + "attn_k.bias"], v + w[p + "attn_v.bias"]
+            q = q.reshape(n, c.n_head, c.head_dim)
+            k = k.reshape(n, c.n_head_kv, c.head_dim)
+            v = v.reshape(n, c.n_head_kv, c.head_dim_v)
+            if c.qk_norm:                                             # Qwen3: per-head RMSNorm
+                q = rms_norm(q, w[p + "attn_q_norm.weight"], c.rms_eps)
+                k = rms_norm(k, w[p + "attn_k_norm.weight"], c.rms_eps)
+            q = apply_rope(q, cos, sin, c.rope_dim, c.rope_neox)
+            k = apply_rope(k, cos, sin, c.rope_dim, c.rope_neox)
+            kv.store(il, seq, pos, k, v)                              # cache first: causal self-attention
+            att = np.empty((n, c.n_head, c.head_dim_v), dtype=np.float32)
+            for i in range(n):                                        # each token over its own prefix
+                keys, vals = kv.prefix(il, seq[i], pos[i] + 1)        # [n_head_kv, T, d]
+                for hq in range(c.n_head):
+                    hk = hq // c.n_gqa                                # grouped-query: shared kv head
+                    s = keys[hk] @ q[i, hq] * scale                   # [T]
+                    s = np.exp(s - s.max())
+                    att[i, hq] = (s / s.sum()) @ vals[hk]
+            x = x + att.reshape(n, -1) @ w[p + "attn_output.weight"].T
+            # ---- feed-forward block (SwiGLU) ----
+            h = rms_norm(x, w[p + "ffn_norm.weight"], c.rms_eps)
+            g = silu(h @ w[p + "ffn_gate.weight"].T) * (h @ w[p + "ffn_up.weight"].T)  # [n, n_ff]
+            x = x + g @ w[p + "ffn_down.weight"].T
+        x = rms_norm(x[batch.logits_rows], w["output_norm.weight"], c.rms_eps)
+        return x @ self.w_out.T                                       # [m, n_vocab]

@@ -1,0 +1,61 @@
+"""The tensor-type table: one row per GGUF tensor type Reame runs.
+
+Adding a type is adding one row here (and one kernel template in templates/). Sizes come from
+gguf's own table so they can never drift from the file format; `gguf.quants.dequantize` is the
+numerical reference for every kernel.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+from gguf import quants as _quants
+
+
+@dataclass(frozen=True)
+class TensorType:
+    name: str                        # GGUF spelling: "Q4_K"
+    ggml: GGMLQuantizationType       # the enum value stored in the file
+    block_size: int                  # elements per block
+    type_size: int                   # bytes per block
+    quantized: bool                  # True for block-quantised types
+
+    def row_bytes(self, n: int) -> int:
+        """Bytes of one row of `n` elements (n must be a multiple of block_size)."""
+        return n // self.block_size * self.type_size
+
+    def dequantize(self, data: np.ndarray) -> np.ndarray:
+        """Reference dequantisation to float32 (gguf.quants), rows preserved."""
+        return np.asarray(_quants.dequantize(data, self.ggml), dtype=np.float32)
+
+
+def _row(name: str, quantized: bool) -> TensorType:
+    ggml = GGMLQuantizationType[name]
+    block, size = GGML_QUANT_SIZES[ggml]
+    return TensorType(name, ggml, block, size, quantized)
+
+
+TENSOR_TYPES: dict[str, TensorType] = {t.name: t for t in (
+    _row("F32", False),
+    _row("F16", False),
+    _row("BF16", False),
+    _row("Q8_0", True),
+    _row("Q4_0", True),
+    _row("Q4_1", True),
+    _row("Q5_0", True),
+    _row("Q5_1", True),
+    _row("Q4_K", True),
+    _row("Q5_K", True),
+    _row("Q6_K", True),
+)}
+
+BY_GGML: dict[int, TensorType] = {int(t.ggml): t for t in TENSOR_TYPES.values()}
+
+
+def tensor_type(name_or_id) -> TensorType | None:
+    """Look a type up by GGUF name ("Q8_0") or ggml enum / integer id; None if unsupported."""
+    if isinstance(name_or_id, str):
+        return TENSOR_TYPES.get(name_or_id.upper())
+    return BY_GGML.get(int(name_or_id))

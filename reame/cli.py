@@ -1,0 +1,176 @@
+"""The `reame` command: info, generate, tokenize, serve, codegen."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+from .errors import ReameError
+
+
+def cmd_info(args) -> int:
+    from .model import load_model
+    info = load_model(args.model).info()
+    if args.json:
+        print(json.dumps(info, indent=2))
+        return 0
+    mix = ", ".join(f"{k} {v['tensors']} tensors / {v['bytes'] / 2**20:.1f} MiB"
+                    for k, v in info["quant_mix"].items())
+    rope = info["rope"]
+    lines = [
+        ("file", info["file"]),
+        ("name", info["name"]),
+        ("architecture", info["architecture"]),
+        ("parameters", f"{info['parameters']:,} ({info['parameters'] / 1e6:.2f} M)"),
+        ("file size", f"{info['file_size'] / 2**20:.1f} MiB"),
+        ("quant mix", mix),
+        ("context length", info["context_length"]),
+        ("layers", info["layers"]),
+        ("embedding", info["embedding_length"]),
+        ("heads / kv heads", f"{info['heads']} / {info['kv_heads']} (head dim {info['head_dim']})"),
+        ("feed-forward", info["feed_forward_length"]),
+        ("vocabulary", info["vocab_size"]),
+        ("rope", f"{rope['style']}, theta {rope['theta']:g}, {rope['dims']} dims, "
+                 f"scaling {rope['scaling']}"),
+        ("tied embeddings", "yes" if info["tied_embeddings"] else "no"),
+        ("tokenizer", info["tokenizer"] + (f" (pre: {info['tokenizer_pre']})"
+                                           if info["tokenizer_pre"] else "")),
+        ("chat template", "present" if info["chat_template"] else "absent"),
+    ]
+    for k, v in lines:
+        print(f"{k + ':':<18}{v}")
+    return 0
+
+
+def cmd_generate(args) -> int:
+    from .engines import create_engine
+    from .generate import Generation, generate_stream
+    from .model import load_model
+    from .sampling import SamplingParams
+    from .tokenizer import Tokenizer
+
+    model = load_model(args.model)
+    tok = Tokenizer.from_metadata(model.metadata)
+    if args.chat:
+        from .chat_template import ChatTemplate
+        tpl = ChatTemplate.from_metadata(model.metadata, args.chat_template_file)
+        messages = ([{"role": "system", "content": args.system}] if args.system else [])
+        messages.append({"role": "user", "content": args.prompt})
+        prompt_ids = tok.encode(tpl.render(messages, add_generation_prompt=True),
+                                add_special=True, parse_special=True)
+    else:
+        prompt_ids = tok.encode(args.prompt, add_special=True, parse_special=args.special)
+    engine = create_engine(model, args.engine, n_ctx=args.ctx_size, max_seqs=1,
+                           kv_type=args.kv_type, threads=args.threads)
+    params = SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+                            min_p=args.min_p, repetition_penalty=args.repeat_penalty,
+                            seed=args.seed)
+    try:
+        params.validate(model.config.n_vocab)
+    except ValueError as e:
+        raise ReameError(str(e)) from None
+    gen = Generation(tok, prompt_ids, params, max_tokens=args.max_tokens, stop=args.stop or [],
+                     n_ctx=engine.n_ctx, ignore_eos=args.ignore_eos)
+    out = sys.stdout
+    if args.echo:
+        out.write(args.prompt)
+    t0 = time.perf_counter()
+    t_first = None
+    n = 0
+    reason = None
+    for step in generate_stream(engine, gen):
+        if t_first is None:
+            t_first = time.perf_counter()
+        n += 1
+        out.write(step.text)
+        out.flush()
+        reason = step.finish_reason
+    t1 = time.perf_counter()
+    out.write("\n")
+    if not args.quiet:
+        decode = (n - 1) / (t1 - t_first) if n > 1 and t1 > t_first else 0.0
+        print(f"[{len(prompt_ids)} prompt tokens, {n} generated ({reason}); prefill "
+              f"{len(prompt_ids) / (t_first - t0):.1f} tok/s, decode {decode:.1f} tok/s; "
+              f"engine {args.engine}]", file=sys.stderr)
+    return 0
+
+
+def add_engine_args(p: argparse.ArgumentParser) -> None:
+    from .engines import DEFAULT_ENGINE, ENGINES
+    p.add_argument("--engine", choices=ENGINES, default=DEFAULT_ENGINE,
+                   help=f"forward-pass engine (default: {DEFAULT_ENGINE})")
+    p.add_argument("--threads", type=int, default=None,
+                   help="compute threads (default: the physical cores this process may use)")
+    p.add_argument("--ctx-size", type=int, default=None,
+                   help="context per sequence (default: min(model's context, 4096))")
+    p.add_argument("--kv-type", choices=("f32", "f16"), default="f32", help="KV cache type")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="reame", description=__doc__)
+    parser.add_argument("--version", action="version", version=_version())
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("info", help="describe a GGUF model")
+    p.add_argument("model", help="path to a .gguf file")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=cmd_info)
+
+    p = sub.add_parser("generate", help="generate text from a prompt, streamed to stdout")
+    p.add_argument("model", help="path to a .gguf file")
+    p.add_argument("--prompt", "-p", required=True, help="prompt text")
+    p.add_argument("--max-tokens", "-n", type=int, default=128)
+    p.add_argument("--temperature", type=float, default=0.8, help="0 = greedy (default 0.8)")
+    p.add_argument("--top-k", type=int, default=40)
+    p.add_argument("--top-p", type=float, default=0.95)
+    p.add_argument("--min-p", type=float, default=0.05)
+    p.add_argument("--repeat-penalty", type=float, default=1.0)
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--stop", action="append", help="stop sequence (repeatable)")
+    p.add_argument("--ignore-eos", action="store_true", help="keep going past end-of-generation")
+    p.add_argument("--chat", action="store_true", help="apply the model's chat template")
+    p.add_argument("--system", default=None, help="system message (with --chat)")
+    p.add_argument("--chat-template-file", default=None, help="override the chat template")
+    p.add_argument("--special", action="store_true",
+                   help="parse special tokens written in the prompt")
+    p.add_argument("--echo", action="store_true", help="print the prompt first")
+    p.add_argument("--quiet", "-q", action="store_true", help="no timing line on stderr")
+    add_engine_args(p)
+    p.set_defaults(func=cmd_generate)
+
+    for module, fn in (("reame.tokenizer.cli", "add_tokenize_command"),
+                       ("reame.server.cli", "add_serve_command"),
+                       ("reame.codegen.cli", "add_codegen_command")):
+        try:
+            mod = __import__(module, fromlist=[fn])
+        except ModuleNotFoundError as e:
+            if not module.startswith(e.name or "?"):
+                raise
+            continue
+        getattr(mod, fn)(sub)
+    return parser
+
+
+def _version() -> str:
+    from . import __version__
+    return f"reame {__version__}"
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args) or 0
+    except ReameError as e:
+        print(f"reame: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

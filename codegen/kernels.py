@@ -1,0 +1,70 @@
+"""Built kernels: a spec rendered, compiled, and callable from Python.
+
+Every kernel has the signature `void (ptr args, i32 ith, i32 nth)`: `args` is a block of 64-bit
+words (pointers and integers) laid out as the op declares (`Op.args`); thread `ith` of `nth`
+computes its slice. From Python a kernel is called with a numpy int64 array as the block.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from dataclasses import dataclass
+
+import numpy as np
+
+from .compiler import KERNEL_CFUNC, Compiler, get_compiler
+from .isa import ISA, detect
+from .spec import KernelSpec, render
+
+
+@dataclass
+class Kernel:
+    spec: KernelSpec
+    symbol: str
+    address: int
+    ir: str
+
+    def __post_init__(self):
+        self.cfunc = KERNEL_CFUNC(self.address)
+
+    def __call__(self, args: np.ndarray, ith: int = 0, nth: int = 1) -> None:
+        assert args.dtype == np.int64 and args.flags.c_contiguous
+        self.cfunc(args.ctypes.data, ith, nth)
+
+    def run_threads(self, args: np.ndarray, nth: int) -> None:
+        """Run all `nth` slices on `nth` Python threads (ctypes releases the GIL). For tests
+        and benchmarks: the engine enters kernels from its own compiled step instead."""
+        if nth == 1:
+            return self(args)
+        ptr = args.ctypes.data
+        threads = [threading.Thread(target=self.cfunc, args=(ptr, i, nth)) for i in range(1, nth)]
+        for t in threads:
+            t.start()
+        self.cfunc(ptr, 0, nth)
+        for t in threads:
+            t.join()
+
+
+def pack_args(words) -> np.ndarray:
+    """An argument block from a list of ints and numpy arrays (arrays become their address)."""
+    out = np.empty(len(words), dtype=np.int64)
+    for i, w in enumerate(words):
+        if isinstance(w, np.ndarray):
+            out[i] = w.ctypes.data
+        elif isinstance(w, ctypes.Array):
+            out[i] = ctypes.addressof(w)
+        else:
+            out[i] = int(w)
+    return out
+
+
+def build(spec: KernelSpec, isa: ISA | None = None, compiler: Compiler | None = None) -> Kernel:
+    """Render, compile (or load from the cache) and return a callable kernel."""
+    isa = isa or detect(spec.level)
+    if isa.level != spec.level:
+        isa = isa.at(spec.level)
+    compiler = compiler or get_compiler(isa)
+    symbol, ir = render(spec, isa)
+    addr = compiler.compile(ir, [symbol])[symbol]
+    return Kernel(spec, symbol, addr, ir)

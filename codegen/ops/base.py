@@ -1,0 +1,92 @@
+"""What an op declares, and the numerical check every variant must pass before it is used."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from ..isa import ISA
+from ..kernels import Kernel, build, pack_args
+from ..spec import KernelSpec
+
+
+@dataclass(frozen=True)
+class Variant:
+    family: str                               # template: templates/{op}_{family}.ll.j2
+    min_level: str = "generic"                # lowest ISA level it may be built for
+    dtypes: tuple[str, ...] = ("F32",)        # tensor types it implements
+    tiles: tuple[dict, ...] = ({},)           # tile configurations to choose between
+    doc: str = ""
+
+    def usable(self, isa: ISA) -> bool:
+        return isa.has(self.min_level)
+
+
+@dataclass
+class Case:
+    """One numerical test case: named buffers, the argument block that points at them, and
+    which buffers the kernel writes."""
+    buffers: dict[str, np.ndarray]
+    args: np.ndarray
+    outputs: tuple[str, ...]
+    meta: dict = field(default_factory=dict)
+
+
+@dataclass
+class Op:
+    name: str
+    args: tuple[str, ...]                     # argument block layout, one 64-bit word each
+    dims: tuple[str, ...]                     # compile-time dimensions (spec params)
+    variants: tuple[Variant, ...]
+    make_case: Callable[[KernelSpec, np.random.Generator, int], Case]
+    reference: Callable[[KernelSpec, Case], dict[str, np.ndarray]]
+    tolerance: Callable[[str], tuple[float, float]] = lambda dtype: (1e-5, 1e-5)  # (rtol, atol)
+    example_dims: dict = field(default_factory=dict)   # dims for --dump/--list when none given
+    doc: str = ""
+
+    def specs(self, dtype: str, isa: ISA, **dims: Any) -> list[KernelSpec]:
+        """Every variant x tile configuration of this op for `dtype` that `isa` can run."""
+        out = []
+        for v in self.variants:
+            if dtype in v.dtypes and v.usable(isa):
+                for tile in v.tiles:
+                    out.append(KernelSpec.make(self.name, dtype, v.family, isa.level, **tile, **dims))
+        return out
+
+    def dtypes(self) -> list[str]:
+        seen: list[str] = []
+        for v in self.variants:
+            seen += [d for d in v.dtypes if d not in seen]
+        return seen
+
+    def pack(self, buffers: dict[str, np.ndarray], **ints) -> np.ndarray:
+        words = [buffers[a] if a in buffers else ints[a] for a in self.args]
+        return pack_args(words)
+
+    def check(self, kernel: Kernel, rng: np.random.Generator | None = None, n: int = 3,
+              nth: int = 1) -> tuple[bool, float]:
+        """Run `kernel` on a random case and compare with the reference: (ok, worst error
+        relative to the tolerance; <= 1 passes)."""
+        rng = rng or np.random.default_rng(0)
+        case = self.make_case(kernel.spec, rng, n)
+        expected = self.reference(kernel.spec, case)
+        kernel.run_threads(case.args, nth)
+        rtol, atol = self.tolerance(kernel.spec.dtype)
+        worst = 0.0
+        for name in case.outputs:
+            got, want = case.buffers[name], expected[name]
+            if not np.all(np.isfinite(got)):
+                return False, float("inf")
+            err = np.abs(got.astype(np.float64) - want) / (atol + rtol * np.abs(want))
+            worst = max(worst, float(err.max()) if err.size else 0.0)
+        return worst <= 1.0, worst
+
+
+def build_checked(op: Op, spec: KernelSpec, isa: ISA | None = None) -> Kernel:
+    k = build(spec, isa)
+    ok, worst = op.check(k)
+    if not ok:
+        raise AssertionError(f"{spec.label()} disagrees with the reference ({worst:.3g}x tolerance)")
+    return k

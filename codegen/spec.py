@@ -1,0 +1,110 @@
+"""Kernel specs and rendering: a pure, deterministic function from a spec to LLVM IR text.
+
+A `KernelSpec` names everything that changes the generated code: the op, the tensor type, the
+template family, the ISA level, the tile sizes and the model dimensions baked in as constants.
+`render(spec, isa)` fills `templates/{op}_{family}.ll.j2` with jinja2's StrictUndefined (a
+missing parameter is an error, never an empty string) and names the kernel with a symbol that
+hashes the rendered text, so a re-rendered variant can never shadow a live one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jinja2
+
+from .isa import ISA
+
+TEMPLATE_DIR = Path(__file__).resolve().parent.parent / "templates"
+SYMBOL_PLACEHOLDER = "@__KERNEL__"
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    op: str                                   # "matmul", "rms_norm", ...
+    dtype: str                                # GGUF type name of the weights ("F32" for float ops)
+    family: str                               # template family: "generic", "avx512", "vnni", ...
+    level: str                                # ISA level it is built for
+    params: tuple[tuple[str, Any], ...] = ()  # tiles and dimensions, sorted by name
+
+    @classmethod
+    def make(cls, op: str, dtype: str, family: str, level: str, **params) -> "KernelSpec":
+        return cls(op, dtype, family, level, tuple(sorted(params.items())))
+
+    @property
+    def p(self) -> dict[str, Any]:
+        return dict(self.params)
+
+    @property
+    def template(self) -> str:
+        return f"{self.op}_{self.family}.ll.j2"
+
+    def with_params(self, **changes) -> "KernelSpec":
+        return KernelSpec.make(self.op, self.dtype, self.family, self.level, **{**self.p, **changes})
+
+    def label(self) -> str:
+        tiles = ",".join(f"{k}={v}" for k, v in self.params)
+        return f"{self.op}/{self.dtype}/{self.family}@{self.level}" + (f"[{tiles}]" if tiles else "")
+
+
+def f32_hex(x: float) -> str:
+    """An LLVM IR float constant: the float32 value written as a hex double (always exact)."""
+    (f,) = struct.unpack("<f", struct.pack("<f", float(x)))
+    return "0x%016X" % struct.unpack("<Q", struct.pack("<d", f))[0]
+
+
+def f64_hex(x: float) -> str:
+    return "0x%016X" % struct.unpack("<Q", struct.pack("<d", float(x)))[0]
+
+
+def _vec(n: int, ty: str) -> str:
+    return f"<{n} x {ty}>" if n > 1 else ty
+
+
+def _splat(n: int, ty: str, value) -> str:
+    """A constant vector of n copies of `value` (already formatted)."""
+    return "<" + ", ".join(f"{ty} {value}" for _ in range(n)) + ">" if n > 1 else str(value)
+
+
+def _seq(n: int, ty: str = "i32", start: int = 0, step: int = 1) -> str:
+    return "<" + ", ".join(f"{ty} {start + i * step}" for i in range(n)) + ">"
+
+
+_ENV: jinja2.Environment | None = None
+
+
+def environment() -> jinja2.Environment:
+    global _ENV
+    if _ENV is None:
+        env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATE_DIR)),
+                                 undefined=jinja2.StrictUndefined, trim_blocks=True,
+                                 lstrip_blocks=True, keep_trailing_newline=True,
+                                 autoescape=False)
+        env.globals.update(vec=_vec, splat=_splat, seq=_seq, f32=f32_hex, f64=f64_hex,
+                           range=range, min=min, max=max, len=len, enumerate=enumerate)
+        env.filters.update(f32=f32_hex, f64=f64_hex)
+        _ENV = env
+    return _ENV
+
+
+def template_source(spec: KernelSpec) -> str:
+    return (TEMPLATE_DIR / spec.template).read_text()
+
+
+def render(spec: KernelSpec, isa: ISA) -> tuple[str, str]:
+    """(symbol, IR text) of a spec. Deterministic: the same spec and ISA give the same text."""
+    from .types import type_info
+    env = environment()
+    try:
+        tpl = env.get_template(spec.template)
+    except jinja2.TemplateNotFound:
+        raise ValueError(f"no template {spec.template} for {spec.label()}") from None
+    ir = tpl.render(spec=spec, p=spec.p, t=type_info(spec.dtype), isa=isa,
+                    lanes=isa.f32_lanes, level=spec.level, kernel=SYMBOL_PLACEHOLDER)
+    digest = hashlib.sha256(ir.encode()).hexdigest()[:12]
+    symbol = f"reame_{spec.op}_{spec.dtype}_{spec.family}_{spec.level}_{digest}"
+    return symbol, ir.replace(SYMBOL_PLACEHOLDER, "@" + symbol)

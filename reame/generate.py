@@ -78,6 +78,10 @@ class Generation:
             return self._finish(step, "length")
         return step
 
+    def finish(self, reason: str) -> str:
+        """End early (a server timeout) with `reason`; returns the held-back text, now released."""
+        return self._finish(Step(-1, "", None), reason).text
+
     def _finish(self, step: Step, reason: str) -> Step:
         self._held += self.decoder.flush()
         step.text += self._release(final=True)

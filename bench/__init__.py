@@ -1,0 +1,1 @@
+"""Benchmarks and the synthetic model writer (bench/synth.py)."""

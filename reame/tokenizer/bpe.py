@@ -1,0 +1,123 @@
+"""Byte-level BPE (`tokenizer.ggml.model = "gpt2"`): pre-tokenize, spell each word's UTF-8 bytes
+in the GPT-2 byte alphabet, then apply merges lowest rank first, leftmost first on ties -- the
+order llama.cpp's bigram queue produces. Results are cached per word, so text that repeats its
+words (most text) costs a dict lookup per word.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+from ..errors import TokenizerError
+from .pretokenize import PreTokenizer, byte_encode
+from .vocab import Vocab
+
+CACHE_MAX = 200_000      # words; the cache is cleared when it grows past this
+_NAIVE_MAX = 48          # words up to this many symbols use the O(n^2) scan, longer ones a heap
+
+
+class BPE:
+    def __init__(self, vocab: Vocab, pre: PreTokenizer, merges: list[str]):
+        self.t2i = vocab.token_to_id
+        self.pre = pre
+        self.ignore_merges = pre.ignore_merges
+        if not isinstance(merges, list):
+            raise TokenizerError("tokenizer.ggml.merges must be an array of strings")
+        # rank lookup keyed by "left<sep>right". Byte-level tokens never contain a space, so the
+        # merge strings themselves are the keys; otherwise split at the first space after the
+        # first character (llama.cpp's rule) and re-join with a separator no token contains.
+        n = len(merges)
+        if "\n".join(merges).count(" ") == n and not any(m[:1] == " " for m in merges):
+            self.sep = " "
+            keys = merges
+        else:
+            self.sep = "\x00"
+            keys = []
+            for m in merges:
+                p = m.find(" ", 1)
+                keys.append(m[:p] + "\x00" + m[p + 1:] if p > 0 else m + "\x00")
+        self.ranks: dict[str, int] = dict(zip(keys, range(n)))
+        if len(self.ranks) != n:             # duplicates: the first occurrence wins, as in llama.cpp
+            self.ranks = {}
+            for i, k in enumerate(keys):
+                self.ranks.setdefault(k, i)
+        self.cache: dict[str, list[int]] = {}
+
+    def encode(self, text: str, out: list[int]) -> None:
+        cache = self.cache
+        for word in self.pre.split(text):
+            ids = cache.get(word)
+            if ids is None:
+                ids = self.encode_word(word)
+                if len(cache) >= CACHE_MAX:
+                    cache.clear()
+                cache[word] = ids
+            out.extend(ids)
+
+    def encode_word(self, word: str) -> list[int]:
+        enc = byte_encode(word)
+        t2i = self.t2i
+        if len(enc) == 1 or self.ignore_merges:
+            tid = t2i.get(enc)
+            if tid is not None:
+                return [tid]
+        syms = self._merge_naive(enc) if len(enc) <= _NAIVE_MAX else self._merge_heap(enc)
+        ids = []
+        for s in syms:
+            tid = t2i.get(s)
+            if tid is not None:
+                ids.append(tid)
+            else:                            # not in the vocabulary: one token per byte symbol
+                ids.extend(t2i[c] for c in s if c in t2i)
+        return ids
+
+    def _merge_naive(self, enc: str) -> list[str]:
+        ranks, sep = self.ranks, self.sep
+        syms = list(enc)
+        while len(syms) > 1:
+            best, best_i = None, -1
+            for i in range(len(syms) - 1):
+                r = ranks.get(syms[i] + sep + syms[i + 1])
+                if r is not None and (best is None or r < best):
+                    best, best_i = r, i
+            if best_i < 0:
+                break
+            syms[best_i:best_i + 2] = [syms[best_i] + syms[best_i + 1]]
+        return syms
+
+    def _merge_heap(self, enc: str) -> list[str]:
+        """Same result as `_merge_naive` in O(n log n): a heap of (rank, left index) over a
+        doubly linked list of symbols; stale entries are recognised by their text."""
+        ranks, sep = self.ranks, self.sep
+        syms: list[str] = list(enc)
+        n = len(syms)
+        nxt = list(range(1, n + 1))
+        prv = list(range(-1, n - 1))
+        nxt[-1] = -1
+        heap = []
+        for i in range(n - 1):
+            r = ranks.get(syms[i] + sep + syms[i + 1])
+            if r is not None:
+                heap.append((r, i, syms[i] + syms[i + 1]))
+        heapq.heapify(heap)
+        while heap:
+            _, left, text = heapq.heappop(heap)
+            right = nxt[left]
+            if not syms[left] or right < 0 or syms[left] + syms[right] != text:
+                continue
+            syms[left] = text
+            syms[right] = ""
+            nr = nxt[right]
+            nxt[left] = nr
+            if nr >= 0:
+                prv[nr] = left
+            p = prv[left]
+            if p >= 0:
+                r = ranks.get(syms[p] + sep + text)
+                if r is not None:
+                    heapq.heappush(heap, (r, p, syms[p] + text))
+            if nr >= 0:
+                r = ranks.get(text + sep + syms[nr])
+                if r is not None:
+                    heapq.heappush(heap, (r, left, text + syms[nr]))
+        return [s for s in syms if s]

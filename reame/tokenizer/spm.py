@@ -1,0 +1,128 @@
+"""SentencePiece-style BPE (`tokenizer.ggml.model = "llama"`), as llama.cpp runs it: the text
+(spaces already escaped to U+2581 "▁") starts as one symbol per character; the adjacent pair whose
+concatenation is the highest-scoring vocabulary piece merges first (leftmost on ties), until no
+pair is a piece. Characters left over that are not pieces become byte tokens `<0xNN>` (byte
+fallback), one per UTF-8 byte.
+
+Control and unknown tokens never take part in merges (SentencePiece's own rule), so text that
+spells `<s>` cannot turn into the BOS token.
+
+Speed: when no vocabulary piece has "▁" after another character (true of Llama/Mistral/Phi-3
+vocabularies; checked at load), no merge can cross the start of a "▁"-run, so the text is cut
+into words there and each word is merged once and cached.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+import regex
+
+from .vocab import ATTR_CONTROL, ATTR_UNKNOWN, Vocab
+
+CACHE_MAX = 200_000
+_NAIVE_MAX = 48
+_WORDS = regex.compile("▁+[^▁]*|[^▁]+")
+
+
+class SPM:
+    def __init__(self, vocab: Vocab):
+        scores = vocab.scores.tolist() if vocab.scores is not None else [0.0] * vocab.n_vocab
+        attrs = vocab.attrs
+        skip = ATTR_CONTROL | ATTR_UNKNOWN
+        # piece text -> (score, id), for the tokens merges may produce
+        self.pieces: dict[str, tuple[float, int]] = {
+            t: (scores[i], i) for i, t in enumerate(vocab.tokens) if not attrs[i] & skip}
+        t2i = vocab.token_to_id
+        unk = vocab.special.get("unk")
+        self.byte_ids: list[int | None] = []
+        for b in range(256):
+            tid = t2i.get(f"<0x{b:02X}>")
+            if tid is None and b < 128:
+                tid = t2i.get(chr(b))
+            self.byte_ids.append(tid if tid is not None else unk)
+        joined = "\n".join(vocab.tokens)
+        self.split_words = regex.search("[^▁\n]▁", joined) is None
+        self.cache: dict[str, list[int]] = {}
+
+    def encode(self, text: str, out: list[int]) -> None:
+        """Tokenize `text` (whitespace already escaped to ▁) and append the ids to `out`."""
+        if not self.split_words:
+            out.extend(self.encode_word(text))
+            return
+        cache = self.cache
+        for word in _WORDS.findall(text):
+            ids = cache.get(word)
+            if ids is None:
+                ids = self.encode_word(word)
+                if len(cache) >= CACHE_MAX:
+                    cache.clear()
+                cache[word] = ids
+            out.extend(ids)
+
+    def encode_word(self, word: str) -> list[int]:
+        pieces = self.pieces
+        syms = self._merge_naive(word) if len(word) <= _NAIVE_MAX else self._merge_heap(word)
+        ids: list[int] = []
+        for s in syms:
+            p = pieces.get(s)
+            if p is not None:
+                ids.append(p[1])
+            else:
+                for b in s.encode("utf-8"):
+                    tid = self.byte_ids[b]
+                    if tid is not None:
+                        ids.append(tid)
+        return ids
+
+    def _merge_naive(self, word: str) -> list[str]:
+        pieces = self.pieces
+        syms = list(word)
+        while len(syms) > 1:
+            best_i, best = -1, 0.0
+            for i in range(len(syms) - 1):
+                p = pieces.get(syms[i] + syms[i + 1])
+                if p is not None and (best_i < 0 or p[0] > best):
+                    best_i, best = i, p[0]
+            if best_i < 0:
+                break
+            syms[best_i:best_i + 2] = [syms[best_i] + syms[best_i + 1]]
+        return syms
+
+    def _merge_heap(self, word: str) -> list[str]:
+        pieces = self.pieces
+        syms = list(word)
+        n = len(syms)
+        nxt = list(range(1, n + 1))
+        prv = list(range(-1, n - 1))
+        nxt[-1] = -1
+        heap = []
+        for i in range(n - 1):
+            t = syms[i] + syms[i + 1]
+            p = pieces.get(t)
+            if p is not None:
+                heap.append((-p[0], i, t))
+        heapq.heapify(heap)
+        while heap:
+            _, left, text = heapq.heappop(heap)
+            right = nxt[left]
+            if not syms[left] or right < 0 or syms[left] + syms[right] != text:
+                continue
+            syms[left] = text
+            syms[right] = ""
+            nr = nxt[right]
+            nxt[left] = nr
+            if nr >= 0:
+                prv[nr] = left
+            pl = prv[left]
+            if pl >= 0:
+                t = syms[pl] + text
+                p = pieces.get(t)
+                if p is not None:
+                    heapq.heappush(heap, (-p[0], pl, t))
+            if nr >= 0:
+                t = text + syms[nr]
+                p = pieces.get(t)
+                if p is not None:
+                    heapq.heappush(heap, (-p[0], left, t))
+        return [s for s in syms if s]

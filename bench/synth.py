@@ -167,6 +167,10 @@ class TensorPlan:
         return self.type != self.wanted
 
 
+def _f32(x: float) -> float:
+    return float(np.float32(x))           # what a float32 metadata value reads back as
+
+
 def model_config(shape: Shape, n_vocab: int) -> ModelConfig:
     """The ModelConfig Reame should read back from a file written for `shape`."""
     traits = ARCHITECTURES.get(shape.arch, ARCHITECTURES["llama"])
@@ -175,8 +179,8 @@ def model_config(shape: Shape, n_vocab: int) -> ModelConfig:
         arch=shape.arch, name=shape.name, n_vocab=n_vocab, n_embd=shape.n_embd,
         n_layer=shape.n_layer, n_head=shape.n_head, n_head_kv=shape.n_head_kv,
         head_dim=head_dim, head_dim_v=head_dim, n_ff=shape.n_ff, n_ctx_train=shape.n_ctx,
-        rms_eps=shape.rms_eps, rope_neox=traits["rope_neox"], rope_dim=head_dim,
-        rope_theta=shape.rope_theta,
+        rms_eps=_f32(shape.rms_eps), rope_neox=traits["rope_neox"], rope_dim=head_dim,
+        rope_theta=_f32(shape.rope_theta),
         qkv_bias=traits["qkv_bias"] == "required" or (traits["qkv_bias"] == "optional"
                                                        and shape.qkv_bias),
         qk_norm=traits["qk_norm"], tied_embeddings=shape.tied)
@@ -401,9 +405,9 @@ class _Writer(GGUFWriter):
 # --------------------------------------------------------------------------------------------
 
 def resolve_shape(shape: str | Shape, overrides: dict) -> Shape:
-    base = SHAPES[shape] if isinstance(shape, str) else shape
     if isinstance(shape, str) and shape not in SHAPES:
         raise ValueError(f"unknown shape {shape!r} (known: {', '.join(SHAPES)})")
+    base = SHAPES[shape] if isinstance(shape, str) else shape
     fields = {f.name for f in dataclasses.fields(Shape)}
     bad = set(overrides) - fields
     if bad:
@@ -433,6 +437,8 @@ def write_model(path: str | os.PathLike, shape: str | Shape = "tiny-llama", mix:
         metadata {key: value | None to delete | (value, GGUFValueType)}.
     """
     path = Path(path)
+    if mix not in MIXES:
+        raise ValueError(f"unknown mix {mix!r} (known: {', '.join(MIXES)})")
     s = resolve_shape(shape, overrides)
     vocab = s.vocab if vocab is None else vocab
     tok = {} if vocab == "none" else tokenizer_metadata(vocab)

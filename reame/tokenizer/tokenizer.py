@@ -142,14 +142,30 @@ class Tokenizer:
         """
         if not isinstance(text, str):
             raise TypeError(f"encode() takes str, not {type(text).__name__}")
-        if _SURROGATES.search(text):
-            text = _SURROGATES.sub("\ufffd", text)
+        return self.encode_segments([(text, parse_special)], add_special)
+
+    def encode_segments(self, segments: list[tuple[str, bool]],
+                        add_special: bool | None = None) -> list[int]:
+        """Token ids of the concatenation of `segments`, each `(text, parse_special)`: special
+        tokens are matched only inside segments that allow it, and never across a segment
+        boundary; plain text is tokenized as one run, exactly as `encode` of the whole would.
+        (Used for chat prompts: template text parsed, message contents not.)"""
         v = self.vocab
         add = add_special is None or add_special
         out: list[int] = []
         if add and v.add_bos:
             out.append(v.special["bos"])
-        fragments = self._partition(text, parse_special) if text else []
+        fragments: list[str | int] = []
+        for text, parse_special in segments:
+            if not text:
+                continue
+            if _SURROGATES.search(text):
+                text = _SURROGATES.sub("\ufffd", text)
+            for frag in self._partition(text, parse_special):
+                if isinstance(frag, str) and fragments and isinstance(fragments[-1], str):
+                    fragments[-1] += frag
+                else:
+                    fragments.append(frag)
         model = self._model
         if self._byte_level:
             for frag in fragments:
@@ -172,6 +188,12 @@ class Tokenizer:
         if add and v.add_eos:
             out.append(v.special["eos"])
         return out
+
+    def has_special_text(self, text: str) -> bool:
+        """True when `text` spells a control/unknown token (what parse_special would match)."""
+        attrs = self.vocab.attrs
+        return any(t in text for t, i in self._special_texts
+                   if attrs[i] & (ATTR_CONTROL | ATTR_UNKNOWN))
 
     def _partition(self, text: str, parse_special: bool) -> list[str | int]:
         """Split `text` into plain-text fragments and special token ids (llama.cpp's

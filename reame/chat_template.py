@@ -1,0 +1,277 @@
+"""Chat templates: the GGUF's `tokenizer.chat_template` (a Jinja2 template written for Hugging
+Face transformers) rendered the way transformers renders it.
+
+Environment (transformers' `_compile_jinja_template`): an *immutable sandboxed* Jinja2
+environment with `trim_blocks` and `lstrip_blocks`, the `loopcontrols` extension
+(`{% break %}`, `{% continue %}`), a no-op `{% generation %}` block, the `tojson` filter without
+HTML escaping (`ensure_ascii=False`, `indent=`, `separators=`, `sort_keys=`), and the globals
+`raise_exception(msg)` and `strftime_now(fmt)`. Variables: `messages`, `add_generation_prompt`,
+`bos_token`, `eos_token`, `tools` (None when absent) and any extra keyword the caller passes
+(`enable_thinking`, `date_string`, ...).
+
+Messages: `content` may be a string or a list of OpenAI parts `{"type": "text", "text": ...}`;
+the text parts are joined with "\\n". Other part types are refused (TemplateError).
+
+System messages: a template that rejects a system message (Gemma's raises) or drops it is
+detected once, by rendering a probe conversation; for such a template the system message is
+folded into the first user message as "<system>\\n\\n<user>" (what llama.cpp does too).
+
+Fallback when the GGUF has no template: ChatML when the vocabulary has `<|im_start|>` and
+`<|im_end|>`, else the plain format
+
+    <system>\\n\\nUser: <user>\\n\\nAssistant: <assistant>\\n\\nUser: ...\\n\\nAssistant:
+
+`--chat-template-file` (override_path) replaces either.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any, Iterable
+
+import jinja2
+from jinja2 import nodes
+from jinja2.ext import Extension, loopcontrols
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from .errors import TemplateError
+
+CHATML = (
+    "{%- for message in messages %}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+
+PLAIN = (
+    "{%- for message in messages %}"
+    "{%- if message['role'] == 'system' %}{{- message['content'] + '\\n\\n' }}"
+    "{%- else %}{{- message['role'] | capitalize + ': ' + message['content'] + '\\n\\n' }}"
+    "{%- endif %}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- 'Assistant:' }}{%- endif %}"
+)
+
+
+class _RaisedByTemplate(Exception):
+    pass
+
+
+class _GenerationTag(Extension):
+    """`{% generation %}...{% endgeneration %}` (transformers' AssistantTracker): renders its body."""
+    tags = {"generation"}
+
+    def parse(self, parser):
+        lineno = next(parser.stream).lineno
+        body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+        return nodes.Scope(body, lineno=lineno)
+
+
+def _raise_exception(message):
+    raise _RaisedByTemplate(str(message))
+
+
+def _tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+    return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
+                      sort_keys=sort_keys)
+
+
+def _strftime_now(fmt):
+    return datetime.now().strftime(fmt)
+
+
+def _environment() -> ImmutableSandboxedEnvironment:
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                        extensions=[_GenerationTag, loopcontrols])
+    env.filters["tojson"] = _tojson
+    env.globals["raise_exception"] = _raise_exception
+    env.globals["strftime_now"] = _strftime_now
+    return env
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def normalize_messages(messages: Iterable[dict]) -> list[dict]:
+    """Copies of `messages` with list-of-parts content joined into one string."""
+    out = []
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict):
+            raise TemplateError(f"message {i} is not an object")
+        m = dict(m)
+        content = m.get("content")
+        if isinstance(content, list):
+            texts = []
+            for part in content:
+                if isinstance(part, str):
+                    texts.append(part)
+                elif isinstance(part, dict) and part.get("type", "text") == "text":
+                    texts.append(str(part.get("text", "")))
+                else:
+                    kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+                    raise TemplateError(f"message {i}: content part of type {kind!r} is not "
+                                        "supported (only text parts)")
+            m["content"] = "\n".join(texts)
+        out.append(m)
+    return out
+
+
+class ChatTemplate:
+    """A compiled chat template. `render(messages)` -> prompt text; `encode(tok, messages)` ->
+    prompt ids with special tokens parsed only in the template's own text."""
+
+    def __init__(self, source: str, bos_token: str = "", eos_token: str = "",
+                 origin: str = "gguf"):
+        self.source = source
+        self.bos_token = bos_token
+        self.eos_token = eos_token
+        self.origin = origin            # "gguf", a file path, "fallback-chatml", "fallback-plain"
+        try:
+            self._template = _environment().from_string(source)
+        except jinja2.TemplateSyntaxError as e:
+            raise TemplateError(f"chat template ({origin}) has a syntax error at line "
+                                f"{e.lineno}: {_one_line(e.message or e)}") from None
+        self.supports_system_role = self._probe_system_role()
+
+    # -- construction ----------------------------------------------------------------------
+
+    @classmethod
+    def from_metadata(cls, metadata: dict[str, Any],
+                      override_path: str | None = None) -> "ChatTemplate":
+        tokens = metadata.get("tokenizer.ggml.tokens") or []
+
+        def token_text(key: str) -> str:
+            tid = metadata.get(key)
+            if tid is None or not 0 <= int(tid) < len(tokens):
+                return ""
+            return tokens[int(tid)]
+
+        bos = token_text("tokenizer.ggml.bos_token_id")
+        eos = token_text("tokenizer.ggml.eos_token_id")
+        if override_path:
+            try:
+                with open(override_path, encoding="utf-8") as f:
+                    source = f.read()
+            except (OSError, UnicodeDecodeError) as e:
+                raise TemplateError(f"cannot read chat template file {override_path}: "
+                                    f"{getattr(e, 'strerror', None) or e}") from None
+            return cls(source, bos, eos, origin=str(override_path))
+        source = metadata.get("tokenizer.chat_template")
+        if isinstance(source, str) and source.strip():
+            return cls(source, bos, eos, origin="gguf")
+        if "<|im_start|>" in tokens and "<|im_end|>" in tokens:
+            return cls(CHATML, bos, eos, origin="fallback-chatml")
+        return cls(PLAIN, bos, eos, origin="fallback-plain")
+
+    @property
+    def is_fallback(self) -> bool:
+        return self.origin.startswith("fallback")
+
+    # -- rendering ------------------------------------------------------------------------
+
+    def _render_raw(self, messages: list[dict], add_generation_prompt: bool, tools, extra) -> str:
+        ctx = dict(extra)
+        ctx.update(messages=messages, add_generation_prompt=add_generation_prompt,
+                   bos_token=self.bos_token, eos_token=self.eos_token, tools=tools)
+        try:
+            return self._template.render(**ctx)
+        except _RaisedByTemplate as e:
+            raise TemplateError(f"chat template rejected the conversation: {_one_line(e)}") \
+                from None
+        except TemplateError:
+            raise
+        except Exception as e:          # UndefinedError, SecurityError, TypeError, ...
+            raise TemplateError(f"chat template failed: {type(e).__name__}: {_one_line(e)}") \
+                from None
+
+    def _probe_system_role(self) -> bool:
+        probe = [{"role": "system", "content": "\ue000sys-probe\ue000"},
+                 {"role": "user", "content": "user-probe"}]
+        try:
+            return "\ue000sys-probe\ue000" in self._render_raw(probe, True, None, {})
+        except TemplateError:
+            return False
+
+    def render(self, messages: list[dict], add_generation_prompt: bool = True, tools=None,
+               **extra) -> str:
+        """The prompt text. Raises TemplateError (one line) when the template fails."""
+        return self._render_raw(self._prepare(messages), add_generation_prompt, tools, extra)
+
+    def _prepare(self, messages) -> list[dict]:
+        msgs = normalize_messages(messages)
+        if not self.supports_system_role and msgs and msgs[0].get("role") == "system":
+            system = msgs.pop(0).get("content") or ""
+            for m in msgs:
+                if m.get("role") == "user":
+                    m["content"] = system + "\n\n" + (m.get("content") or "")
+                    break
+            else:
+                msgs.insert(0, {"role": "user", "content": system})
+        return msgs
+
+    # -- tokenizing -----------------------------------------------------------------------
+
+    def encode(self, tok, messages: list[dict], add_generation_prompt: bool = True, tools=None,
+               **extra) -> list[int]:
+        """Prompt token ids for `messages`: the template's text has its special tokens parsed,
+        message contents do not (a user who types `<|im_end|>` gets those characters, not the
+        control token). BOS is added when the vocabulary asks for it and the template did not
+        write it already (no double BOS).
+
+        Contents are located by rendering once more with each content that spells a special
+        token replaced by a unique marker; when a template transforms contents so that the
+        markers do not come back verbatim, such contents are located by search instead."""
+        msgs = self._prepare(messages)
+        text = self._render_raw(msgs, add_generation_prompt, tools, extra)
+        segments = self._segments(tok, msgs, text, add_generation_prompt, tools, extra)
+        ids = tok.encode_segments(segments, add_special=False)
+        if tok.add_bos and tok.bos_id is not None and (not ids or ids[0] != tok.bos_id):
+            ids.insert(0, tok.bos_id)
+        return ids
+
+    def _segments(self, tok, msgs, text, add_generation_prompt, tools, extra):
+        risky = [i for i, m in enumerate(msgs)
+                 if isinstance(m.get("content"), str) and tok.has_special_text(m["content"])]
+        if not risky:
+            return [(text, True)]
+        marked = [dict(m) for m in msgs]
+        markers = {}
+        for k, i in enumerate(risky):
+            marker = f"\ue000{k}\ue001"
+            markers[marker] = msgs[i]["content"]
+            marked[i]["content"] = marker
+        try:
+            mtext = self._render_raw(marked, add_generation_prompt, tools, extra)
+        except TemplateError:
+            mtext = None
+        if mtext is not None and all(mtext.count(mk) == 1 for mk in markers):
+            segments, rebuilt, pos = [], [], 0
+            order = sorted(markers, key=mtext.index)
+            for mk in order:
+                at = mtext.index(mk, pos)
+                segments += [(mtext[pos:at], True), (markers[mk], False)]
+                rebuilt += [mtext[pos:at], markers[mk]]
+                pos = at + len(mk)
+            segments.append((mtext[pos:], True))
+            rebuilt.append(mtext[pos:])
+            if "".join(rebuilt) == text:
+                return segments
+        # fallback: find each risky content (or its stripped form) in order
+        segments, pos = [], 0
+        for i in risky:
+            c = msgs[i]["content"]
+            at = text.find(c, pos)
+            if at < 0 and c.strip():
+                c = c.strip()
+                at = text.find(c, pos)
+            if at < 0:
+                continue
+            segments += [(text[pos:at], True), (c, False)]
+            pos = at + len(c)
+        segments.append((text[pos:], True))
+        return segments
+
+    def __repr__(self) -> str:
+        return f"ChatTemplate(origin={self.origin!r}, system_role={self.supports_system_role})"

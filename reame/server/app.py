@@ -1,0 +1,265 @@
+"""The Falcon WSGI app: thin resources over a `ModelService`, OpenAI-shaped errors everywhere.
+
+`create_app(engine_or_factory, config)` builds it. Tests inject an engine (used at once) or a
+factory (called in a background thread: `/health` says 503 until it returns); `reame serve` and
+`reame.wsgi` pass a factory that loads the GGUF model in the worker process, after the fork.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import time
+
+import falcon
+
+from .config import ServerConfig
+from .metrics import Metrics
+from .responses import ClosingStream, Job
+from .schemas import APIError, error_body, parse_chat, parse_completion, parse_json
+from .service import Loader, ModelService, build_service
+
+log = logging.getLogger("reame.server")
+
+OPEN_PATHS = {"/health"}
+ENDPOINTS = {"/v1/chat/completions", "/v1/completions", "/v1/models", "/v1/models/{model_id}",
+             "/health", "/metrics"}
+
+
+# ---- middleware ----
+
+class Auth:
+    """Bearer-token authentication with a constant-time comparison; /health stays open."""
+
+    def __init__(self, api_key: str):
+        self.key = api_key.encode()
+
+    def process_resource(self, req: falcon.Request, resp: falcon.Response, resource,
+                         params) -> None:
+        if req.path in OPEN_PATHS or req.method == "OPTIONS":
+            return
+        header = req.get_header("Authorization") or ""
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            raise APIError(401, "You didn't provide an API key. You need to provide your API key "
+                           "in an Authorization header using Bearer auth (i.e. Authorization: "
+                           "Bearer YOUR_KEY).", "invalid_request_error", None, "invalid_api_key",
+                           {"WWW-Authenticate": "Bearer"})
+        if not hmac.compare_digest(token.strip().encode(), self.key):
+            raise APIError(401, "Incorrect API key provided.", "invalid_request_error", None,
+                           "invalid_api_key", {"WWW-Authenticate": "Bearer"})
+
+
+class RequestMetrics:
+    """Counts every response by endpoint (the route template, never the raw path) and status."""
+
+    def __init__(self, metrics: Metrics):
+        self.metrics = metrics
+
+    def process_request(self, req, resp):
+        req.context.t_arrival = time.monotonic()
+
+    def process_response(self, req, resp, resource, req_succeeded):
+        route = req.uri_template if req.uri_template in ENDPOINTS else "other"
+        self.metrics.inc("reame_requests_total", 1, (route, str(resp.status_code)))
+
+
+# ---- resources ----
+
+class Generate:
+    """POST /v1/chat/completions and POST /v1/completions."""
+
+    def __init__(self, kind: str, loader: Loader, config: ServerConfig, metrics: Metrics):
+        self.kind, self.loader, self.config, self.metrics = kind, loader, config, metrics
+        self.endpoint = "/v1/chat/completions" if kind == "chat" else "/v1/completions"
+
+    def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
+        body = parse_json(_read_body(req, self.config.max_body_bytes))
+        service = self.loader.get(self.config.retry_after)
+        if self.kind == "chat":
+            r = parse_chat(body, service.n_vocab, service.max_n)
+        else:
+            r = parse_completion(body, service.n_vocab, service.max_n)
+        service.check_model(r.model)
+        prompts = [service.chat_prompt(r)] if self.kind == "chat" else service.completion_prompts(r)
+        t0 = getattr(req.context, "t_arrival", time.monotonic())
+        job = Job(service, r, prompts, self.metrics, self.endpoint, t0)
+        try:
+            job.wait_first()
+        except BaseException:
+            job.cancel()
+            raise
+        if r.stream:
+            resp.content_type = "text/event-stream; charset=utf-8"
+            resp.set_header("Cache-Control", "no-cache")
+            resp.set_header("X-Accel-Buffering", "no")       # nginx: do not buffer this response
+            resp.stream = ClosingStream(job)
+        else:
+            resp.media = job.result()
+
+
+class Models:
+    def __init__(self, loader: Loader, config: ServerConfig):
+        self.loader, self.config = loader, config
+
+    @staticmethod
+    def _card(service: ModelService) -> dict:
+        return {"id": service.id, "object": "model", "created": service.created,
+                "owned_by": "reame", "max_model_len": service.n_ctx,
+                "aliases": service.names[1:]}
+
+    def on_get(self, req, resp):
+        service = self.loader.get(self.config.retry_after)
+        resp.media = {"object": "list", "data": [self._card(service)]}
+
+    def on_get_item(self, req, resp, model_id):
+        service = self.loader.get(self.config.retry_after)
+        service.check_model(model_id)
+        resp.media = self._card(service)
+
+
+class Health:
+    def __init__(self, loader: Loader):
+        self.loader = loader
+
+    def on_get(self, req, resp):
+        self.loader.start()
+        state = self.loader.state
+        resp.media = {"status": "ok" if state == "ready" else state}
+        if state != "ready":
+            resp.status = falcon.HTTP_503
+            resp.set_header("Retry-After", "1")
+            if self.loader.error:
+                resp.media["error"] = self.loader.error
+
+
+class MetricsResource:
+    def __init__(self, metrics: Metrics):
+        self.metrics = metrics
+
+    def on_get(self, req, resp):
+        resp.content_type = "text/plain; version=0.0.4; charset=utf-8"
+        resp.text = self.metrics.render()
+
+
+def _read_body(req: falcon.Request, limit: int) -> bytes:
+    n = req.content_length
+    if n is not None and n > limit:
+        raise APIError(413, f"The request body is larger than {limit} bytes.",
+                       "invalid_request_error", None, "request_too_large")
+    data = req.bounded_stream.read(limit + 1)
+    if len(data) > limit:
+        raise APIError(413, f"The request body is larger than {limit} bytes.",
+                       "invalid_request_error", None, "request_too_large")
+    return data
+
+
+# ---- error handlers: every error leaves as OpenAI's error body ----
+
+def _send(resp: falcon.Response, status: int, body: dict, headers=None) -> None:
+    resp.status = status
+    resp.media = body
+    resp.content_type = falcon.MEDIA_JSON
+    for k, v in (headers or {}).items():
+        resp.set_header(k, v)
+
+
+def handle_api_error(req, resp, ex: APIError, params):
+    _send(resp, ex.status, ex.body(), ex.headers)
+
+
+def handle_http_error(req, resp, ex: falcon.HTTPError, params):
+    status = ex.status_code
+    if status == 404:
+        msg = f"Invalid URL ({req.method} {req.path})"
+    elif status == 405:
+        msg = f"Method {req.method} is not allowed on {req.path}."
+    else:
+        msg = ex.description or ex.title or "Bad request"
+    kind = "invalid_request_error" if status < 500 else "server_error"
+    _send(resp, status, error_body(msg, kind, None, None), dict(ex.headers or {}))
+
+
+def handle_unexpected(req, resp, ex: Exception, params):
+    log.exception("unhandled error on %s %s", req.method, req.path)
+    _send(resp, 500, error_body(f"Internal server error ({type(ex).__name__}).", "server_error"))
+
+
+# ---- the factory ----
+
+def create_app(engine_or_factory, config: ServerConfig | None = None, *, tokenizer=None,
+               chat_template=None, metrics: Metrics | None = None) -> falcon.App:
+    """The Reame app over an engine, or over a zero-argument factory returning one.
+
+    An engine is wrapped at once; a factory runs in a background thread of the process that
+    serves (call `app.reame.start()` to begin, or the first request does).
+    """
+    config = config or ServerConfig()
+    metrics = metrics or Metrics(config.metrics_dir)
+
+    def build() -> ModelService:
+        engine = engine_or_factory() if _is_factory(engine_or_factory) else engine_or_factory
+        return build_service(engine, config, tokenizer=tokenizer, chat_template=chat_template)
+
+    if _is_factory(engine_or_factory):
+        loader = Loader(build)
+    else:
+        loader = Loader.ready(build())
+
+    def gauge(fn):
+        def read():
+            s = loader.service
+            return fn(s) if s is not None else 0
+        return read
+
+    metrics.gauges.update({
+        "reame_queue_depth": gauge(lambda s: s.scheduler.queue_depth),
+        "reame_running_requests": gauge(lambda s: s.scheduler.running),
+        "reame_running_sequences": gauge(lambda s: s.scheduler.running_seqs),
+        "reame_model_loaded": gauge(lambda s: 1 if s.scheduler.alive else 0),
+    })
+
+    middleware = [RequestMetrics(metrics)]
+    if config.api_key:
+        middleware.append(Auth(config.api_key))
+    app = ReameApp(middleware=middleware)
+    app.req_options.strip_url_path_trailing_slash = True
+    app.add_route("/v1/chat/completions", Generate("chat", loader, config, metrics))
+    app.add_route("/v1/completions", Generate("completion", loader, config, metrics))
+    models = Models(loader, config)
+    app.add_route("/v1/models", models)
+    app.add_route("/v1/models/{model_id}", models, suffix="item")
+    app.add_route("/health", Health(loader))
+    app.add_route("/metrics", MetricsResource(metrics))
+    app.add_error_handler(Exception, handle_unexpected)
+    app.add_error_handler(falcon.HTTPError, handle_http_error)
+    app.add_error_handler(APIError, handle_api_error)
+    app.reame = AppHandle(loader, metrics, config)
+    return app
+
+
+class ReameApp(falcon.App):
+    """falcon.App plus `.reame`, the handle on its loader, metrics and config."""
+
+    reame: "AppHandle"
+
+
+class AppHandle:
+    """What the runner and tests reach through `app.reame`."""
+
+    def __init__(self, loader: Loader, metrics: Metrics, config: ServerConfig):
+        self.loader, self.metrics, self.config = loader, metrics, config
+
+    def start(self) -> None:
+        """Begin loading the model in this process and publishing metrics to the shared dir."""
+        self.loader.start()
+        if self.config.metrics_dir:
+            self.metrics.start_publishing()
+
+    @property
+    def service(self) -> ModelService | None:
+        return self.loader.service
+
+
+def _is_factory(x) -> bool:
+    return callable(x) and not hasattr(x, "forward")

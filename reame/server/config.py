@@ -1,0 +1,70 @@
+"""Server settings: one dataclass, filled from `reame serve` flags or REAME_* environment variables."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, fields
+
+from ..errors import ReameError
+
+
+@dataclass
+class ServerConfig:
+    model: str | None = None            # path of the .gguf file (REAME_MODEL)
+    engine: str | None = None           # None: reame.engines.DEFAULT_ENGINE
+    threads: int | None = None          # compute threads per worker (None: the engine decides)
+    ctx_size: int | None = None         # context per sequence (None: min(trained, 4096))
+    kv_type: str = "f32"
+    max_seqs: int = 4                   # sequences generating at once per worker (KV-cache slots)
+    queue_size: int = 32                # prompts that may wait for a slot before we answer 429
+    request_timeout: float = 600.0      # seconds from arrival to the end of generation (0: none)
+    api_key: str | None = None          # bearer token; None: no authentication
+    chat_template_file: str | None = None
+    model_alias: str | None = None      # another name clients may use for the model
+    max_body_bytes: int = 16 * 2**20
+    metrics_dir: str | None = None      # shared by the workers of one server: /metrics sums them
+    retry_after: int = 1                # seconds, sent with 429 and 503
+
+    ENV = {  # field -> environment variable
+        "model": "REAME_MODEL", "engine": "REAME_ENGINE", "threads": "REAME_THREADS",
+        "ctx_size": "REAME_CTX_SIZE", "kv_type": "REAME_KV_TYPE", "max_seqs": "REAME_MAX_SEQS",
+        "queue_size": "REAME_QUEUE_SIZE", "request_timeout": "REAME_REQUEST_TIMEOUT",
+        "api_key": "REAME_API_KEY", "chat_template_file": "REAME_CHAT_TEMPLATE_FILE",
+        "model_alias": "REAME_MODEL_ALIAS", "max_body_bytes": "REAME_MAX_BODY_BYTES",
+        "metrics_dir": "REAME_METRICS_DIR",
+    }
+
+    @classmethod
+    def from_env(cls, environ=None, **overrides) -> "ServerConfig":
+        """Settings from REAME_* variables (typed by the field defaults); overrides win."""
+        environ = os.environ if environ is None else environ
+        types = {f.name: f.type for f in fields(cls)}
+        values = {}
+        for name, var in cls.ENV.items():
+            raw = environ.get(var)
+            if raw is None or raw == "":
+                continue
+            kind = types[name]
+            try:
+                if "int" in kind:
+                    values[name] = int(raw)
+                elif "float" in kind:
+                    values[name] = float(raw)
+                else:
+                    values[name] = raw
+            except ValueError:
+                raise ReameError(f"{var}={raw!r} is not a number") from None
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        cfg = cls(**values)
+        cfg.check()
+        return cfg
+
+    def check(self) -> None:
+        if self.max_seqs < 1:
+            raise ReameError("max_seqs must be >= 1")
+        if self.queue_size < 0:
+            raise ReameError("queue_size must be >= 0")
+        if self.request_timeout < 0:
+            raise ReameError("request_timeout must be >= 0")
+        if self.kv_type not in ("f32", "f16"):
+            raise ReameError("kv_type must be f32 or f16")

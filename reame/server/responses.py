@@ -1,0 +1,292 @@
+"""From scheduler events to OpenAI responses: whole JSON bodies or Server-Sent Events.
+
+A `Job` is one HTTP request's generation. It submits to the scheduler, waits for the first event
+(so an error before any output still gets its own HTTP status) and then either collects every
+choice into one `chat.completion` / `text_completion` object or yields SSE chunks ending with
+`data: [DONE]`. Closing the stream (the client went away) cancels the request at once.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from typing import Iterator
+
+from .. import __version__
+from ..scheduler import EngineFailure, Event, RequestTimeout, SchedulerStopped
+from .metrics import Metrics
+from .schemas import APIError, GenerationRequest, error_body
+
+log = logging.getLogger("reame.server")
+
+FINGERPRINT = f"reame-{__version__}"
+
+
+def error_for(e: BaseException, retry_after: int = 1) -> APIError:
+    """The HTTP error for a failure reported by the scheduler."""
+    if isinstance(e, RequestTimeout):
+        return APIError(503, f"{e}; the server is busy, retry later.", "server_error", None,
+                        "timeout", {"Retry-After": str(retry_after)})
+    if isinstance(e, SchedulerStopped):
+        return APIError(503, str(e), "server_error", None, "shutting_down",
+                        {"Retry-After": str(retry_after)})
+    if isinstance(e, EngineFailure):
+        return APIError(500, str(e), "server_error", None, "engine_error")
+    return APIError(500, f"internal error: {type(e).__name__}", "server_error", None, None)
+
+
+class _Choice:
+    __slots__ = ("index", "parts", "n_tokens", "logprobs", "finish_reason", "t_last", "offset")
+
+    def __init__(self, index: int, prefix: str = ""):
+        self.index = index
+        self.parts: list[str] = [prefix] if prefix else []
+        self.n_tokens = 0
+        self.logprobs: list[tuple[int, float, list]] = []   # (token, logprob, top [(id, lp)])
+        self.finish_reason: str | None = None
+        self.t_last: float | None = None
+        self.offset = len(prefix)               # text offset of the next token (completions)
+
+    @property
+    def text(self) -> str:
+        return "".join(self.parts)
+
+
+class Job:
+    def __init__(self, service, req: GenerationRequest, prompts: list[list[int]],
+                 metrics: Metrics | None, endpoint: str, t_arrival: float):
+        self.service, self.req, self.prompts = service, req, prompts
+        self.metrics, self.endpoint, self.t_arrival = metrics, endpoint, t_arrival
+        self.chat = req.kind == "chat"
+        self.id = ("chatcmpl-" if self.chat else "cmpl-") + uuid.uuid4().hex
+        self.created = int(time.time())
+        self.model = service.id
+        self.tok = service.tok
+        prefixes = [""] * (len(prompts) * req.n)
+        if req.echo:
+            for i, p in enumerate(req.prompts):
+                text = p if isinstance(p, str) else self.tok.decode(p, skip_special=True)
+                for j in range(req.n):
+                    prefixes[i * req.n + j] = text
+        self.choices = [_Choice(k, prefixes[k]) for k in range(len(prefixes))]
+        self.first_token_seen = False
+        self.recorded = False
+        self.request = service.submit(req, prompts)      # may raise APIError (429, 503)
+        self._events = self.request.events()
+        self._first: Event | None = None
+
+    # ---- lifecycle ----
+
+    def wait_first(self) -> None:
+        """Block until the first event; raise its error as an HTTP error if it failed."""
+        try:
+            self._first = next(self._events)
+        except StopIteration:
+            self._first = None
+        if self._first is not None and self._first.error is not None:
+            self._record()
+            raise error_for(self._first.error, self.service.config.retry_after)
+
+    def events(self) -> Iterator[Event]:
+        if self._first is not None:
+            first, self._first = self._first, None
+            yield first
+        yield from self._events
+
+    def cancel(self) -> None:
+        self.request.cancel()
+
+    @property
+    def usage(self) -> dict:
+        p = sum(len(x) for x in self.prompts)
+        c = sum(ch.n_tokens for ch in self.choices)
+        return {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c}
+
+    def _record(self) -> None:
+        """Token counters and the request duration, once."""
+        if self.recorded or self.metrics is None:
+            return
+        self.recorded = True
+        m = self.metrics
+        m.inc("reame_prompt_tokens_total", sum(len(x) for x in self.prompts))
+        m.inc("reame_generation_tokens_total", sum(ch.n_tokens for ch in self.choices))
+        m.observe("reame_request_duration_seconds", time.monotonic() - self.t_arrival,
+                  (self.endpoint,))
+
+    # ---- one event ----
+
+    def _apply(self, ev: Event) -> tuple[_Choice, str, list]:
+        """Update the choice; return it, the text to emit and its new logprob entries."""
+        ch = self.choices[ev.index]
+        step = ev.step
+        new_lp = []
+        text = ev.text
+        if step is not None:
+            ch.n_tokens += 1
+            text = step.text
+            eog = step.token in self.tok.eog_ids and not self.req.ignore_eos and \
+                step.finish_reason == "stop"
+            if self.req.logprobs and not eog and step.sampled.logprob is not None:
+                entry = (step.token, step.sampled.logprob, step.sampled.top_logprobs)
+                ch.logprobs.append(entry)
+                new_lp.append(entry)
+            if self.metrics is not None:
+                if not self.first_token_seen:
+                    self.metrics.observe("reame_time_to_first_token_seconds",
+                                         ev.t - self.t_arrival)
+                elif ch.t_last is not None:
+                    self.metrics.observe("reame_time_per_output_token_seconds", ev.t - ch.t_last)
+            self.first_token_seen = True
+            ch.t_last = ev.t
+        if text:
+            ch.parts.append(text)
+        if ev.finish_reason:
+            ch.finish_reason = ev.finish_reason
+        return ch, text, new_lp
+
+    # ---- logprob shapes ----
+
+    def _token_str(self, tid: int) -> tuple[str, list[int]]:
+        b = self.tok.token_bytes(tid)
+        return b.decode("utf-8", errors="replace"), list(b)
+
+    def _chat_logprobs(self, entries) -> dict:
+        content = []
+        for tid, lp, top in entries:
+            s, b = self._token_str(tid)
+            tops = []
+            for t, l in top:
+                ts, tb = self._token_str(t)
+                tops.append({"token": ts, "logprob": l, "bytes": tb})
+            content.append({"token": s, "logprob": lp, "bytes": b, "top_logprobs": tops})
+        return {"content": content, "refusal": None}
+
+    def _completion_logprobs(self, entries, ch: _Choice) -> dict:
+        tokens, lps, tops, offsets = [], [], [], []
+        for tid, lp, top in entries:
+            s, _ = self._token_str(tid)
+            tokens.append(s)
+            lps.append(lp)
+            d = {}
+            for t, l in top:
+                d.setdefault(self._token_str(t)[0], l)
+            tops.append(d if self.req.top_logprobs else None)
+            offsets.append(ch.offset)
+            ch.offset += len(s)
+        return {"tokens": tokens, "token_logprobs": lps,
+                "top_logprobs": tops if self.req.top_logprobs else None, "text_offset": offsets}
+
+    # ---- a whole response ----
+
+    def result(self) -> dict:
+        error = None
+        try:
+            for ev in self.events():
+                if ev.error is not None:
+                    error = ev.error
+                    break
+                self._apply(ev)
+        finally:
+            self.cancel()                           # no-op when finished
+            self._record()
+        if error is not None:
+            raise error_for(error, self.service.config.retry_after)
+        choices = []
+        for ch in self.choices:
+            reason = ch.finish_reason or "length"
+            if self.chat:
+                c = {"index": ch.index,
+                     "message": {"role": "assistant", "content": ch.text, "refusal": None},
+                     "logprobs": self._chat_logprobs(ch.logprobs) if self.req.logprobs else None,
+                     "finish_reason": reason}
+            else:
+                c = {"index": ch.index, "text": ch.text,
+                     "logprobs": (self._completion_logprobs(ch.logprobs, ch)
+                                  if self.req.logprobs else None),
+                     "finish_reason": reason}
+            choices.append(c)
+        return {"id": self.id, "object": "chat.completion" if self.chat else "text_completion",
+                "created": self.created, "model": self.model, "system_fingerprint": FINGERPRINT,
+                "choices": choices, "usage": self.usage}
+
+    # ---- a stream ----
+
+    def _chunk(self, choices: list[dict], usage=False) -> bytes:
+        d = {"id": self.id, "object": "chat.completion.chunk" if self.chat else "text_completion",
+             "created": self.created, "model": self.model, "system_fingerprint": FINGERPRINT,
+             "choices": choices}
+        if self.req.include_usage:
+            d["usage"] = self.usage if usage else None
+        return b"data: " + json.dumps(d, ensure_ascii=False).encode() + b"\n\n"
+
+    def _choice_chunk(self, ch: _Choice, text: str | None, lp: list, finish: str | None,
+                      role: bool = False) -> dict:
+        if self.chat:
+            delta = {}
+            if role:
+                delta = {"role": "assistant", "content": ""}
+            elif text is not None:
+                delta = {"content": text}
+            return {"index": ch.index, "delta": delta,
+                    "logprobs": self._chat_logprobs(lp) if lp else None, "finish_reason": finish}
+        return {"index": ch.index, "text": text or "",
+                "logprobs": self._completion_logprobs(lp, ch) if lp else None,
+                "finish_reason": finish}
+
+    def sse(self) -> Iterator[bytes]:
+        """The SSE body. The caller must close() it: closing early cancels the generation."""
+        try:
+            if self.chat:
+                for ch in self.choices:
+                    yield self._chunk([self._choice_chunk(ch, None, [], None, role=True)])
+            elif self.req.echo:
+                for ch in self.choices:
+                    yield self._chunk([self._choice_chunk(ch, ch.text, [], None)])
+            for ev in self.events():
+                if ev.error is not None:
+                    err = error_for(ev.error, self.service.config.retry_after)
+                    yield b"data: " + json.dumps(err.body()).encode() + b"\n\n"
+                    break
+                ch, text, lp = self._apply(ev)
+                if text or lp:
+                    yield self._chunk([self._choice_chunk(ch, text, lp, None)])
+                if ev.finish_reason:
+                    yield self._chunk([self._choice_chunk(ch, None, [], ev.finish_reason)])
+            if self.req.include_usage:
+                yield self._chunk([], usage=True)
+            yield b"data: [DONE]\n\n"
+        finally:
+            self.cancel()
+            self._record()
+
+
+class ClosingStream:
+    """A WSGI response iterable whose close() cancels the generation even if it never started.
+
+    gunicorn (and every WSGI server) calls close() when the response ends or writing to the
+    client fails; a generator that was never advanced would not run its `finally` on close.
+    """
+
+    def __init__(self, job: Job):
+        self.job = job
+        self._it = job.sse()
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> bytes:
+        return next(self._it)
+
+    def close(self) -> None:
+        try:
+            self._it.close()
+        finally:
+            self.job.cancel()
+            self.job._record()
+
+
+def sse_error(err: APIError) -> bytes:
+    return b"data: " + json.dumps(error_body(err.message, err.type, err.param, err.code)).encode() \
+        + b"\n\n"

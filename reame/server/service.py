@@ -1,0 +1,232 @@
+"""The model a worker serves: engine, tokenizer, chat template, names and the engine thread.
+
+`ModelService` turns validated requests into prompt token ids (checking them against the
+context) and submits them to the scheduler. `Loader` builds the service in a background thread
+after the worker has forked, so `/health` can answer 503 while the model loads.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from typing import Callable
+
+from ..errors import ReameError, TemplateError
+from ..generate import Generation
+from ..scheduler import QueueFull, Scheduler, SchedulerStopped
+from .config import ServerConfig
+from .schemas import APIError, GenerationRequest, invalid
+
+log = logging.getLogger("reame.server")
+
+
+def model_names(engine, config: ServerConfig) -> list[str]:
+    """Names clients may use: the file's basename without extension first (the id we report),
+    then the file name, general.name and a configured alias."""
+    names = []
+    model = getattr(engine, "model", None)
+    path = getattr(model, "path", None) or config.model
+    if path:
+        base = os.path.basename(str(path))
+        names += [os.path.splitext(base)[0], base]
+    cfg_name = getattr(getattr(engine, "config", None), "name", None)
+    if isinstance(cfg_name, str) and cfg_name:
+        names.append(cfg_name)
+    if config.model_alias:
+        names.insert(0, config.model_alias)
+    names = [n for i, n in enumerate(names) if n and n not in names[:i]]
+    return names or ["reame"]
+
+
+class ModelService:
+    def __init__(self, engine, tokenizer, config: ServerConfig, chat_template=None,
+                 template_error: str | None = None):
+        self.engine, self.tok, self.config = engine, tokenizer, config
+        self.template = chat_template
+        self.template_error = template_error
+        self.names = model_names(engine, config)
+        self.id = self.names[0]
+        path = getattr(getattr(engine, "model", None), "path", None)
+        try:
+            self.created = int(os.path.getmtime(path)) if path else int(time.time())
+        except OSError:
+            self.created = int(time.time())
+        self.n_ctx = engine.n_ctx
+        self.n_vocab = tokenizer.n_vocab
+        self.scheduler = Scheduler(engine, queue_size=config.queue_size)
+
+    def start(self) -> "ModelService":
+        self.scheduler.start()
+        return self
+
+    @property
+    def max_n(self) -> int:
+        return min(self.scheduler.max_seqs, 128)
+
+    def check_model(self, name: str | None) -> None:
+        if name is not None and name not in self.names:
+            raise APIError(404, f"The model `{name}` does not exist. This server serves "
+                           f"`{self.id}`.", "invalid_request_error", "model", "model_not_found")
+
+    # ---- prompts ----
+
+    def chat_prompt(self, req: GenerationRequest) -> list[int]:
+        if self.template is None:
+            raise invalid("messages", "This model has no chat template"
+                          + (f" ({self.template_error})" if self.template_error else "")
+                          + "; use /v1/completions or start the server with a chat template file.",
+                          "chat_template_missing")
+        try:
+            text = self.template.render(req.messages, add_generation_prompt=True,
+                                        **req.chat_template_kwargs)
+        except TemplateError as e:
+            raise invalid("messages", f"The chat template could not render these messages: {e}",
+                          "invalid_messages") from None
+        except TypeError as e:                      # unknown chat_template_kwargs
+            raise invalid("chat_template_kwargs", f"Invalid chat_template_kwargs: {e}") from None
+        ids = self.tok.encode(text, add_special=True, parse_special=True)
+        self._check_context(ids, req, "messages")
+        return ids
+
+    def completion_prompts(self, req: GenerationRequest) -> list[list[int]]:
+        out = []
+        for p in req.prompts:
+            if isinstance(p, str):
+                ids = self.tok.encode(p, add_special=True, parse_special=False)
+            else:
+                ids = list(p)
+            self._check_context(ids, req, "prompt")
+            out.append(ids)
+        return out
+
+    def _check_context(self, ids: list[int], req: GenerationRequest, param: str) -> None:
+        if not ids:
+            raise invalid(param, "The prompt is empty (it encodes to no tokens).")
+        n = len(ids)
+        if n >= self.n_ctx:
+            raise invalid(param, f"This model's maximum context length is {self.n_ctx} tokens. "
+                          f"However, your prompt has {n} tokens; it must leave room for at "
+                          "least one generated token.", "context_length_exceeded")
+        if req.max_tokens is not None and n + req.max_tokens > self.n_ctx:
+            name = "max_tokens"
+            raise invalid(name, f"This model's maximum context length is {self.n_ctx} tokens. "
+                          f"However, you requested {n + req.max_tokens} tokens ({n} in the "
+                          f"prompt, {req.max_tokens} for the completion). Please reduce the "
+                          "prompt or the completion length.", "context_length_exceeded")
+
+    # ---- submission ----
+
+    def generations(self, req: GenerationRequest, prompts: list[list[int]]) -> list[list[Generation]]:
+        """n Generations per prompt; choice k samples with seed + k when a seed is given."""
+        from dataclasses import replace
+        out, k = [], 0
+        for ids in prompts:
+            gens = []
+            for _ in range(req.n):
+                p = req.params
+                if p.seed is not None:
+                    p = replace(p, seed=(p.seed + k) % 2**64)
+                else:
+                    p = replace(p)
+                gens.append(Generation(self.tok, ids, p, max_tokens=req.max_tokens,
+                                       stop=list(req.stop), n_ctx=self.n_ctx,
+                                       ignore_eos=req.ignore_eos))
+                k += 1
+            out.append(gens)
+        return out
+
+    def submit(self, req: GenerationRequest, prompts: list[list[int]]):
+        gens = self.generations(req, prompts)
+        timeout = self.config.request_timeout or None
+        try:
+            return self.scheduler.submit(prompts, gens, timeout=timeout)
+        except QueueFull:
+            raise APIError(429, "The server is at capacity: too many requests are waiting. "
+                           "Retry shortly.", "rate_limit_error", None, "queue_full",
+                           {"Retry-After": str(self.config.retry_after)}) from None
+        except SchedulerStopped:
+            raise APIError(503, "The server is shutting down.", "server_error", None,
+                           "shutting_down", {"Retry-After": str(self.config.retry_after)}) from None
+        except ValueError as e:
+            raise invalid("n", str(e)) from None
+
+
+def build_service(engine, config: ServerConfig, tokenizer=None, chat_template=None) -> ModelService:
+    """A started service over an engine; tokenizer and template default to the model's own."""
+    metadata = getattr(getattr(engine, "model", None), "metadata", None)
+    if tokenizer is None:
+        from ..tokenizer import Tokenizer
+        if metadata is None:
+            raise ReameError("the engine has no model metadata: pass a tokenizer")
+        tokenizer = Tokenizer.from_metadata(metadata)
+    template_error = None
+    if chat_template is None and metadata is not None:
+        try:
+            from ..chat_template import ChatTemplate
+            chat_template = ChatTemplate.from_metadata(metadata, config.chat_template_file)
+        except (ReameError, OSError, ImportError) as e:
+            if config.chat_template_file:           # asked for explicitly: that is an error
+                raise ReameError(f"chat template {config.chat_template_file}: {e}") from e
+            template_error = str(e)
+            log.warning("chat completions disabled: %s", e)
+    return ModelService(engine, tokenizer, config, chat_template, template_error).start()
+
+
+class Loader:
+    """Builds the service once per process, in a background thread; reports the state."""
+
+    def __init__(self, build: Callable[[], ModelService]):
+        self._build = build
+        self._lock = threading.Lock()
+        self._pid: int | None = None
+        self.service: ModelService | None = None
+        self.error: str | None = None
+        self.t_start: float | None = None
+
+    @classmethod
+    def ready(cls, service: ModelService) -> "Loader":
+        ld = cls(lambda: service)
+        ld._pid, ld.service = os.getpid(), service
+        return ld
+
+    @property
+    def state(self) -> str:
+        if self.service is not None:
+            return "ready"
+        if self.error is not None:
+            return "failed"
+        return "loading" if self._pid == os.getpid() else "idle"
+
+    def start(self) -> None:
+        """Start loading in this process (again after a fork: threads do not survive fork)."""
+        if self._pid == os.getpid():
+            return
+        with self._lock:
+            if self._pid == os.getpid():
+                return
+            self._pid = os.getpid()
+            self.service, self.error = None, None
+            self.t_start = time.monotonic()
+            threading.Thread(target=self._run, name="reame-loader", daemon=True).start()
+
+    def _run(self) -> None:
+        try:
+            service = self._build()
+        except BaseException as e:                  # report it on /health, keep the worker up
+            log.exception("loading the model failed")
+            self.error = str(e) or type(e).__name__
+            return
+        self.service = service
+        log.info("model ready in %.1f s: %s", time.monotonic() - self.t_start, service.id)
+
+    def get(self, retry_after: int = 1) -> ModelService:
+        self.start()
+        if self.service is not None:
+            return self.service
+        if self.error is not None:
+            raise APIError(503, f"The model failed to load: {self.error}", "server_error", None,
+                           "model_load_failed")
+        raise APIError(503, "The model is loading; retry shortly.", "server_error", None,
+                       "model_loading", {"Retry-After": str(retry_after)})

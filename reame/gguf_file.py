@@ -128,6 +128,10 @@ class GGUFFile:
                 magic = f.read(4)
         except OSError as e:
             raise ModelError(self.path, f"cannot open: {e.strerror or e}") from None
+        if size == 0:
+            raise ModelError(self.path, "empty file (not a GGUF model)")
+        if len(magic) < 4 and GGUF_MAGIC.startswith(magic):
+            raise ModelError(self.path, f"truncated GGUF header (file has {size} bytes)")
         if magic != GGUF_MAGIC:
             raise ModelError(self.path, "not a GGUF file (bad magic "
                                         f"{magic!r}, expected b'GGUF')")
@@ -158,7 +162,10 @@ class GGUFFile:
             dims = tuple(cur.u64() for _ in range(n_dims))
             infos.append((name, dims, cur.u32(), cur.u64()))
 
-        align = int(self.metadata.get("general.alignment", DEFAULT_ALIGNMENT))
+        align = self.metadata.get("general.alignment", DEFAULT_ALIGNMENT)
+        if not isinstance(align, int) or isinstance(align, bool) or align <= 0 or align & (align - 1):
+            raise ModelError(self.path, f"invalid general.alignment {align!r:.40} "
+                                        "(must be a power of two)")
         data_start = (cur.pos + align - 1) // align * align
         self.tensors: dict[str, Tensor] = {}
         for name, dims, type_id, offset in infos:
@@ -171,8 +178,8 @@ class GGUFFile:
                 raise ModelError(self.path, f"tensor {name!r} has type {tname}, which Reame does "
                                             "not support (supported: F32, F16, BF16, Q8_0, Q4_0, "
                                             "Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K)")
-            if dims[0] % ttype.block_size:
-                raise ModelError(self.path, f"tensor {name!r}: row length {dims[0]} is not a "
+            if (dims or (1,))[0] % ttype.block_size:
+                raise ModelError(self.path, f"tensor {name!r}: row length {(dims or (1,))[0]} is not a "
                                             f"multiple of the {ttype.name} block ({ttype.block_size})")
             n_el = int(np.prod(dims, dtype=np.int64)) if dims else 1
             nbytes = n_el // ttype.block_size * ttype.type_size

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from .errors import ModelError
 
 # How each supported architecture differs from plain Llama.
@@ -67,71 +69,85 @@ def config_from_gguf(gf) -> ModelConfig:
                                f"{', '.join(ARCHITECTURES)})")
     traits = ARCHITECTURES[arch]
 
-    def req(key: str):
+    def typed(key: str, v, kind):
+        """v as kind (int, float; None: as stored), or a ModelError naming the key."""
+        if kind is None:
+            return v
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or (
+                kind is int and not isinstance(v, int)):
+            raise ModelError(path, f"metadata key {arch}.{key} is {v!r:.40}, expected "
+                                   f"{'an integer' if kind is int else 'a number'}")
+        return kind(v)
+
+    def req(key: str, kind=int):
         v = md.get(f"{arch}.{key}")
         if v is None:
             raise ModelError(path, f"missing metadata key {arch}.{key}")
-        return v
+        return typed(key, v, kind)
 
-    def opt(key: str, default):
+    def opt(key: str, default, kind=int):
         v = md.get(f"{arch}.{key}")
-        return default if v is None else v
+        return default if v is None else typed(key, v, kind)
 
-    if int(opt("expert_count", 0)) > 0:
+    if opt("expert_count", 0) > 0:
         raise ModelError(path, "mixture-of-experts models are not supported")
-    n_embd = int(req("embedding_length"))
-    n_head = int(req("attention.head_count"))
-    n_head_kv = opt("attention.head_count_kv", n_head)
-    if not isinstance(n_head_kv, int):          # per-layer arrays: only uniform ones are supported
-        values = set(int(x) for x in n_head_kv)
+    n_embd = req("embedding_length")
+    n_head = req("attention.head_count")
+    n_head_kv = opt("attention.head_count_kv", n_head, kind=None)
+    if isinstance(n_head_kv, np.ndarray) and n_head_kv.dtype.kind in "iu":
+        values = set(int(x) for x in n_head_kv)  # per-layer arrays: only uniform ones are supported
         if len(values) != 1:
             raise ModelError(path, "per-layer head counts are not supported")
         n_head_kv = values.pop()
+    n_head_kv = typed("attention.head_count_kv", n_head_kv, int)
     if n_head <= 0 or n_head_kv <= 0 or n_head % n_head_kv:
         raise ModelError(path, f"head_count {n_head} is not a multiple of head_count_kv {n_head_kv}")
-    head_dim = int(opt("attention.key_length", n_embd // n_head))
-    head_dim_v = int(opt("attention.value_length", head_dim))
-    rope_dim = int(opt("rope.dimension_count", head_dim))
+    head_dim = opt("attention.key_length", n_embd // n_head)
+    head_dim_v = opt("attention.value_length", head_dim)
+    rope_dim = opt("rope.dimension_count", head_dim)
     if rope_dim > head_dim or rope_dim % 2:
         raise ModelError(path, f"rope.dimension_count {rope_dim} does not fit head size {head_dim}")
 
     scaling = RopeScaling()
-    stype = opt("rope.scaling.type", "none")
-    factor = float(opt("rope.scaling.factor", 0.0) or 0.0)
+    stype = opt("rope.scaling.type", "none", kind=None)
+    factor = opt("rope.scaling.factor", 0.0, kind=float)
     if stype in ("linear", "yarn") and factor > 1.0:
         if stype == "linear":
             scaling = RopeScaling("linear", factor)
         else:
             scaling = RopeScaling(
                 "yarn", factor,
-                orig_ctx=int(opt("rope.scaling.original_context_length", opt("context_length", 0))),
+                orig_ctx=opt("rope.scaling.original_context_length", opt("context_length", 0)),
                 ext_factor=1.0,
-                attn_factor=float(opt("rope.scaling.attn_factor", 1.0)),
-                beta_fast=float(opt("rope.scaling.yarn_beta_fast", 32.0)),
-                beta_slow=float(opt("rope.scaling.yarn_beta_slow", 1.0)))
+                attn_factor=opt("rope.scaling.attn_factor", 1.0, kind=float),
+                beta_fast=opt("rope.scaling.yarn_beta_fast", 32.0, kind=float),
+                beta_slow=opt("rope.scaling.yarn_beta_slow", 1.0, kind=float))
     elif stype not in ("none", "linear", "yarn"):
         raise ModelError(path, f"unsupported rope scaling type {stype!r}")
 
     emb = gf.tensors.get("token_embd.weight")
     if emb is None:
         raise ModelError(path, "missing tensor token_embd.weight")
-    n_vocab = emb.shape[1] if len(emb.shape) > 1 else 0
+    if len(emb.shape) != 2:
+        raise ModelError(path, f"tensor token_embd.weight has shape {list(emb.shape)}, expected "
+                               "2 dimensions [n_embd, n_vocab]")
+    n_vocab = emb.shape[1]
     return ModelConfig(
         arch=arch,
         name=str(md.get("general.name", arch)),
         n_vocab=n_vocab,
         n_embd=n_embd,
-        n_layer=int(req("block_count")),
+        n_layer=req("block_count"),
         n_head=n_head,
         n_head_kv=int(n_head_kv),
         head_dim=head_dim,
         head_dim_v=head_dim_v,
-        n_ff=int(req("feed_forward_length")),
-        n_ctx_train=int(opt("context_length", 2048)),
-        rms_eps=float(opt("attention.layer_norm_rms_epsilon", 1e-5)),
+        n_ff=req("feed_forward_length"),
+        n_ctx_train=opt("context_length", 2048),
+        rms_eps=opt("attention.layer_norm_rms_epsilon", 1e-5, kind=float),
         rope_neox=traits["rope_neox"],
         rope_dim=rope_dim,
-        rope_theta=float(opt("rope.freq_base", 10000.0)),
+        rope_theta=opt("rope.freq_base", 10000.0, kind=float),
         rope_scaling=scaling,
         has_rope_freqs="rope_freqs.weight" in gf.tensors,
         qkv_bias=traits["qkv_bias"] == "required" or (

@@ -40,7 +40,8 @@ class SPM:
             tid = t2i.get(f"<0x{b:02X}>")
             if tid is None and b < 128:
                 tid = t2i.get(chr(b))
-            self.byte_ids.append(tid if tid is not None else unk)
+            self.byte_ids.append(tid)
+        self.unk = unk
         joined = "\n".join(vocab.tokens)
         self.split_words = regex.search("[^▁\n]▁", joined) is None
         self.cache: dict[str, list[int]] = {}
@@ -68,11 +69,13 @@ class SPM:
             p = pieces.get(s)
             if p is not None:
                 ids.append(p[1])
-            else:
-                for b in s.encode("utf-8"):
-                    tid = self.byte_ids[b]
-                    if tid is not None:
-                        ids.append(tid)
+            else:                        # byte fallback; <unk> per character without byte tokens
+                for ch in s:
+                    bids = [self.byte_ids[b] for b in ch.encode("utf-8")]
+                    if None not in bids:
+                        ids.extend(bids)
+                    elif self.unk is not None:
+                        ids.append(self.unk)
         return ids
 
     def _merge_naive(self, word: str) -> list[str]:

@@ -133,6 +133,7 @@ class Scheduler:
         self._pending: deque[_Group] = deque()      # waiting groups, FIFO (guarded by _cond)
         self._running: list[_Group] = []            # engine thread only
         self._n_free = self.max_seqs                # free KV slots (engine thread only)
+        self._in_system = 0                         # sequences submitted, not yet ended (_cond)
         self._stop = False
         self._thread: threading.Thread | None = None
         self.steps = 0                              # forward calls so far
@@ -143,8 +144,10 @@ class Scheduler:
                timeout: float | None = None) -> Request:
         """Queue one request: prompt i is sampled by generations[i] (flat choice indices in order).
 
-        Raises QueueFull when `queue_size` prompt groups are already waiting, ValueError when a
-        prompt group has more sequences than the KV cache has slots.
+        Capacity is counted in sequences: `max_seqs` generating plus `queue_size` waiting. A
+        request that would go beyond raises QueueFull (unless the scheduler is empty: a request
+        larger than the capacity is still served, group by group). ValueError when one prompt
+        group has more sequences than the KV cache has slots.
         """
         req = Request(self, timeout)
         index = 0
@@ -163,8 +166,10 @@ class Scheduler:
         with self._cond:
             if self._stop:
                 raise SchedulerStopped("the server is shutting down")
-            if len(self._pending) >= self.queue_size:
-                raise QueueFull(f"{len(self._pending)} requests are waiting")
+            n_new = index
+            if self._in_system and self._in_system + n_new > self.max_seqs + self.queue_size:
+                raise QueueFull(f"{self._in_system} sequences are running or waiting")
+            self._in_system += n_new
             self._pending.extend(req.groups)
             self._cond.notify()
         return req
@@ -345,6 +350,8 @@ class Scheduler:
     def _release(self, s: _Seq) -> None:
         if not s.done:
             s.done = True
+            with self._cond:
+                self._in_system -= 1
             if s.slot >= 0:
                 self.engine.kv.free(s.slot)
                 self._n_free += 1

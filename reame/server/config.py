@@ -16,7 +16,7 @@ class ServerConfig:
     ctx_size: int | None = None         # context per sequence (None: min(trained, 4096))
     kv_type: str = "f32"
     max_seqs: int = 4                   # sequences generating at once per worker (KV-cache slots)
-    queue_size: int = 32                # prompts that may wait for a slot before we answer 429
+    queue_size: int = 32                # sequences that may wait for a slot before we answer 429
     request_timeout: float = 600.0      # seconds from arrival to the end of generation (0: none)
     api_key: str | None = None          # bearer token; None: no authentication
     chat_template_file: str | None = None

@@ -78,15 +78,18 @@ class ModelService:
                           + (f" ({self.template_error})" if self.template_error else "")
                           + "; use /v1/completions or start the server with a chat template file.",
                           "chat_template_missing")
+        kwargs = {k: v for k, v in req.chat_template_kwargs.items()
+                  if k not in ("messages", "add_generation_prompt", "tools")}
         try:
-            text = self.template.render(req.messages, add_generation_prompt=True,
-                                        **req.chat_template_kwargs)
+            if hasattr(self.template, "encode"):    # special tokens parsed in template text only
+                ids = self.template.encode(self.tok, req.messages, add_generation_prompt=True,
+                                           **kwargs)
+            else:
+                text = self.template.render(req.messages, add_generation_prompt=True, **kwargs)
+                ids = self.tok.encode(text, add_special=True, parse_special=True)
         except TemplateError as e:
             raise invalid("messages", f"The chat template could not render these messages: {e}",
                           "invalid_messages") from None
-        except TypeError as e:                      # unknown chat_template_kwargs
-            raise invalid("chat_template_kwargs", f"Invalid chat_template_kwargs: {e}") from None
-        ids = self.tok.encode(text, add_special=True, parse_special=True)
         self._check_context(ids, req, "messages")
         return ids
 
@@ -230,3 +233,17 @@ class Loader:
                            "model_load_failed")
         raise APIError(503, "The model is loading; retry shortly.", "server_error", None,
                        "model_loading", {"Retry-After": str(retry_after)})
+
+
+def engine_factory(config: ServerConfig) -> Callable[[], object]:
+    """A factory that loads the GGUF file and builds the configured engine (call it after fork)."""
+    def build():
+        from ..engines import DEFAULT_ENGINE, create_engine
+        from ..model import load_model
+        if not config.model:
+            raise ReameError("no model: pass MODEL.gguf to `reame serve` or set REAME_MODEL")
+        model = load_model(config.model)
+        return create_engine(model, config.engine or DEFAULT_ENGINE, n_ctx=config.ctx_size,
+                             max_seqs=config.max_seqs, kv_type=config.kv_type,
+                             threads=config.threads)
+    return build

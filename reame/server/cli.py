@@ -1,0 +1,76 @@
+"""`reame serve MODEL.gguf`: the OpenAI-compatible API under gunicorn (see docs/deploy.md)."""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+
+from ..errors import ReameError
+
+
+def add_serve_command(subparsers) -> None:
+    from ..cli import add_engine_args                    # --engine, --threads, --ctx-size, --kv-type
+    p = subparsers.add_parser(
+        "serve", help="serve the OpenAI-compatible HTTP API",
+        description="Serve the OpenAI-compatible API (/v1/chat/completions, /v1/completions, "
+                    "/v1/models, /health, /metrics) with gunicorn threaded workers. Each worker "
+                    "loads its own replica of the model after the fork.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("model", help="path to a .gguf file")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    p.add_argument("--port", type=int, default=8000, help="port to listen on")
+    p.add_argument("--workers", type=int, default=1,
+                   help="worker processes (each holds a model replica)")
+    p.add_argument("--http-threads", type=int, default=None,
+                   help="HTTP threads per worker (default: max(16, max-seqs + queue-size + 8))")
+    p.add_argument("--api-key", default=None,
+                   help="require 'Authorization: Bearer KEY' (default: $REAME_API_KEY; none)")
+    p.add_argument("--max-seqs", type=int, default=4,
+                   help="sequences generating at once per worker (KV-cache slots)")
+    p.add_argument("--queue-size", type=int, default=32,
+                   help="sequences that may wait for a KV slot; beyond that: 429 with Retry-After")
+    p.add_argument("--timeout", type=float, default=600.0,
+                   help="per-request timeout in seconds (0: none)")
+    p.add_argument("--chat-template-file", default=None, help="override the chat template")
+    p.add_argument("--alias", default=None, help="another model name clients may use")
+    p.add_argument("--log-level", default="info",
+                   choices=("debug", "info", "warning", "error", "critical"))
+    p.add_argument("--access-log", action="store_true", help="log every request to stderr")
+    add_engine_args(p)
+    p.set_defaults(func=cmd_serve)
+
+
+def cmd_serve(args) -> int:
+    from .config import ServerConfig
+    from .gunicorn_app import run
+
+    if args.workers < 1:
+        raise ReameError("--workers must be >= 1")
+    if not 0 < args.port < 65536:
+        raise ReameError("--port must be in 1..65535")
+    _check_model(args.model)
+    if args.chat_template_file and not os.path.isfile(args.chat_template_file):
+        raise ReameError(f"{args.chat_template_file}: no such chat template file")
+    threads = args.threads
+    if threads is None and args.workers > 1:     # share the cores between the replicas
+        threads = max(1, len(os.sched_getaffinity(0)) // args.workers)
+    config = ServerConfig.from_env(
+        model=os.path.abspath(args.model), engine=args.engine, threads=threads,
+        ctx_size=args.ctx_size, kv_type=args.kv_type, max_seqs=args.max_seqs,
+        queue_size=args.queue_size, request_timeout=args.timeout,
+        api_key=args.api_key, chat_template_file=args.chat_template_file,
+        model_alias=args.alias)
+    run(config, host=args.host, port=args.port, workers=args.workers,
+        http_threads=args.http_threads, log_level=args.log_level, access_log=args.access_log)
+    return 0
+
+
+def _check_model(path: str) -> None:
+    """Fail fast, before forking workers, on a missing or unreadable GGUF file (header only)."""
+    from ..model import load_model
+    if not os.path.isfile(path):
+        raise ReameError(f"{path}: no such file")
+    model = load_model(path)             # parses the header and checks the tensors; no weights read
+    del model
+    gc.collect()

@@ -1,0 +1,91 @@
+"""Running the app under gunicorn in-process (gunicorn's application API).
+
+Threaded workers (`gthread`): the sync worker cannot stream and kills requests after `timeout`
+seconds, while a gthread worker heartbeats from its main loop, so a long stream is fine. The app
+(and with it the model) is built in `load()`, which gunicorn calls in each worker after the
+fork: one model replica and one engine thread per worker.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import tempfile
+
+from gunicorn.app.base import BaseApplication
+
+from .config import ServerConfig
+
+LOG_FORMAT = "[%(asctime)s] [%(process)d] [%(levelname)s] %(name)s: %(message)s"
+
+
+def default_http_threads(config: ServerConfig) -> int:
+    """HTTP threads per worker: every running and waiting request holds one while it streams, and
+    the ones beyond that must still reach the app to be told 429 rather than wait unseen."""
+    return max(16, config.max_seqs + config.queue_size + 8)
+
+
+def gunicorn_options(config: ServerConfig, host: str = "127.0.0.1", port: int = 8000,
+                     workers: int = 1, http_threads: int | None = None,
+                     log_level: str = "info", access_log: bool = False) -> dict:
+    bind = f"[{host}]:{port}" if ":" in host and not host.startswith("[") else f"{host}:{port}"
+    return {
+        "bind": [bind],
+        "workers": workers,
+        "worker_class": "gthread",
+        "threads": http_threads or default_http_threads(config),
+        "timeout": 120,                  # worker heartbeat, not a request limit (gthread)
+        "graceful_timeout": 30,          # finish in-flight streams on SIGTERM, then exit
+        "keepalive": 5,
+        "preload_app": False,            # the model is loaded in each worker, after the fork
+        "proc_name": "reame",
+        "loglevel": log_level,
+        "errorlog": "-",
+        "accesslog": "-" if access_log else None,
+        "worker_tmp_dir": "/dev/shm" if os.path.isdir("/dev/shm") else None,
+        # gunicorn >= 25.1 opens ~/.gunicorn/gunicorn.ctl: one path for every server of the user
+        **({"control_socket_disable": True} if _has_setting("control_socket_disable") else {}),
+    }
+
+
+def _has_setting(name: str) -> bool:
+    from gunicorn.config import KNOWN_SETTINGS
+    return any(s.name == name for s in KNOWN_SETTINGS)
+
+
+class ReameApplication(BaseApplication):
+    def __init__(self, config: ServerConfig, options: dict, owns_metrics_dir: bool = False):
+        self.config = config
+        self.options = options
+        self.owns_metrics_dir = owns_metrics_dir
+        super().__init__(prog="reame serve")
+
+    def load_config(self) -> None:
+        for key, value in self.options.items():
+            if value is not None:
+                self.cfg.set(key, value)
+        self.cfg.set("on_exit", self._on_exit)
+
+    def load(self):
+        """Called in each worker after the fork: build the app and start loading the model."""
+        from .app import create_app
+        from .service import engine_factory
+        logging.basicConfig(level=self.options.get("loglevel", "info").upper(), format=LOG_FORMAT)
+        app = create_app(engine_factory(self.config), self.config)
+        app.reame.start()
+        return app
+
+    def _on_exit(self, arbiter) -> None:
+        if self.config.metrics_dir and self.owns_metrics_dir:
+            shutil.rmtree(self.config.metrics_dir, ignore_errors=True)
+
+
+def run(config: ServerConfig, **kw) -> None:
+    """Serve until SIGINT/SIGTERM. Several workers share a metrics directory (see metrics.py)."""
+    options = gunicorn_options(config, **kw)
+    owns = False
+    if options["workers"] > 1 and not config.metrics_dir:
+        config.metrics_dir = tempfile.mkdtemp(prefix="reame-metrics-")
+        owns = True
+    ReameApplication(config, options, owns).run()

@@ -189,6 +189,10 @@ class Tokenizer:
             out.append(v.special["eos"])
         return out
 
+    def clear_cache(self) -> None:
+        """Forget the cached tokenization of words (benchmarks; memory)."""
+        self._model.cache.clear()
+
     def has_special_text(self, text: str) -> bool:
         """True when `text` spells a control/unknown token (what parse_special would match)."""
         attrs = self.vocab.attrs

@@ -1,0 +1,126 @@
+"""matmul_q8: quantised weights times Q8A activations with integer dot products.
+
+    y[n, M] (+)= dequant(w)[M, K] @ dequant(xq)[n, K]^T
+
+`w` holds M rows of K/block weight blocks (GGUF layout), `xq` holds n activation rows in the Q8A
+format of codegen/q8a.py (made by the op `quantize_q8`), `y` is float32 [n, M]. With `acc=1` the
+result is added to y (residual connections). Threads split the M rows of w (one weight-row
+stream per thread, which is what reaches the bandwidth ceiling for decode), and the tokens are
+processed in tiles of `nt` so that each weight block is unpacked once per tile.
+
+The expected result is dequant(W) @ dequant(xq)^T in float64: integer block dots are exact, so
+the only error is float32 rounding of the per-block scales and of the summation over blocks.
+
+Extension point for the K-quants (Q4_K, Q5_K, Q6_K), written in parallel by another engineer:
+a module `codegen/ops/matmul_q8_k.py` may define
+    VARIANTS: tuple[Variant, ...]          -- appended to this op's variants
+    RANDOM_WEIGHTS: {dtype: f(rng, M, K) -> uint8 [M, row_bytes]}   (optional)
+    TOLERANCE: {dtype: (rtol, atol)}                                  (optional)
+It must not import this module at import time (that would be circular). Its templates must not
+be named like the families of this file (generic, avx2, vnni) or its macros (unpack): e.g.
+family "k_avx2" -> templates/matmul_q8_k_avx2.ll.j2.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import numpy as np
+
+from reame.tensor_types import TENSOR_TYPES
+
+from .. import q8a
+from .base import Case, Op, Variant
+
+LEGACY = ("Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1")
+
+# ---- hook: the K-quant variants, when their module exists -------------------------------------
+try:
+    _k = importlib.import_module(f"{__package__}.matmul_q8_k")
+except ModuleNotFoundError as e:          # only a missing module is optional; its bugs are not
+    if e.name != f"{__package__}.matmul_q8_k":
+        raise
+    _k = None
+K_VARIANTS: tuple[Variant, ...] = tuple(getattr(_k, "VARIANTS", ()))
+K_RANDOM_WEIGHTS: dict = dict(getattr(_k, "RANDOM_WEIGHTS", {}))
+K_TOLERANCE: dict = dict(getattr(_k, "TOLERANCE", {}))
+
+# byte offsets of the f16 fields of a block (d, and m / dmin): set to sane finite values in random
+# blocks; every other byte of a block (quants, high bits, sub-block scales) may be any value
+_F16_FIELDS = {"Q8_0": (0,), "Q4_0": (0,), "Q4_1": (0, 2), "Q5_0": (0,), "Q5_1": (0, 2),
+               "Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,)}
+# magnitude of d for weights of about unit size (quant range times sub-block scale range)
+_D_SCALE = {"Q8_0": 1 / 64, "Q4_0": 1 / 8, "Q4_1": 1 / 8, "Q5_0": 1 / 16, "Q5_1": 1 / 16,
+            "Q4_K": 1 / 256, "Q5_K": 1 / 512, "Q6_K": 1 / 2048}
+
+
+def random_weights(dtype: str, rng: np.random.Generator, M: int, K: int) -> np.ndarray:
+    """uint8 [M, row_bytes]: valid blocks of `dtype` with random quant bits, f16 scales of either
+    sign and mins (Q4_1/Q5_1) of either sign."""
+    if dtype in K_RANDOM_WEIGHTS:
+        return K_RANDOM_WEIGHTS[dtype](rng, M, K)
+    tt = TENSOR_TYPES[dtype]
+    nb = M * (K // tt.block_size)
+    b = np.frombuffer(rng.bytes(nb * tt.type_size), np.uint8).reshape(nb, tt.type_size).copy()
+    for i, off in enumerate(_F16_FIELDS[dtype]):
+        v = rng.uniform(0.5, 1.5, nb) * _D_SCALE[dtype] * (4.0 if i else 1.0)
+        if dtype in LEGACY:
+            v *= rng.choice((-1.0, 1.0), nb)
+        b[:, off:off + 2] = v.astype(np.float16).view(np.uint8).reshape(nb, 2)
+    return b.reshape(M, tt.row_bytes(K))
+
+
+def random_activations(rng: np.random.Generator, n: int, K: int) -> np.ndarray:
+    """float32 [n, K] with per-block magnitudes spread over ~2 decades, and one all-zero block."""
+    x = rng.standard_normal((n, K // 32, 32)).astype(np.float32)
+    x *= np.exp(rng.uniform(-2.3, 2.3, (n, K // 32, 1))).astype(np.float32)
+    if K >= 64:
+        x[0, 1] = 0.0
+    return x.reshape(n, K)
+
+
+def _case(spec, rng, n):
+    M, K = spec.p["M"], spec.p["K"]
+    w = random_weights(spec.dtype, rng, M, K)
+    xq = q8a.quantize_rows(random_activations(rng, n, K))
+    y = rng.standard_normal((n, M)).astype(np.float32) if spec.p.get("acc") else \
+        np.full((n, M), np.nan, np.float32)          # acc=0 must overwrite every output
+    bufs = {"w": w, "xq": xq, "y": y}
+    return Case(bufs, OP.pack(bufs, n=n), ("y",), {"y0": y.copy()})
+
+
+def _reference(spec, case):
+    K = spec.p["K"]
+    w = TENSOR_TYPES[spec.dtype].dequantize(case.buffers["w"]).astype(np.float64)
+    x = q8a.dequantize_rows(case.buffers["xq"], K).astype(np.float64)
+    y = x @ w.T
+    if spec.p.get("acc"):
+        y += case.meta["y0"].astype(np.float64)
+    return {"y": y}
+
+
+def _tolerance(dtype: str) -> tuple[float, float]:
+    """(rtol, atol) for weights and activations of about unit size (see random_weights and
+    random_activations): f32 rounding of d_w * d_a and of the sum over K/32 block products.
+    Measured worst errors are ~1e-5 absolute for K <= 4096; a wrong block costs ~1."""
+    if dtype in K_TOLERANCE:
+        return K_TOLERANCE[dtype]
+    return (2e-5, 2e-4)
+
+
+_TOKENS_DOC = "nt = tokens per pass over a weight block"
+
+OP = Op(
+    name="matmul_q8",
+    args=("w", "xq", "y", "n"),
+    dims=("M", "K", "acc"),
+    variants=(
+        Variant("generic", "generic", LEGACY, ({"nt": 1}, {"nt": 4}),
+                "portable vector IR: sext i8 -> i32, mul, reduce add; " + _TOKENS_DOC),
+    ) + K_VARIANTS,
+    make_case=_case,
+    reference=_reference,
+    tolerance=_tolerance,
+    example_dims={"M": 4096, "K": 4096, "acc": 0},
+    doc="y[n, M] (+)= W[M, K] @ X[n, K]^T, quantised weights x Q8A activations, integer dots",
+)

@@ -42,8 +42,8 @@ class SPM:
                 tid = t2i.get(chr(b))
             self.byte_ids.append(tid)
         self.unk = unk
-        joined = "\n".join(vocab.tokens)
-        self.split_words = regex.search("[^▁\n]▁", joined) is None
+        inner = regex.compile("[^▁]▁")
+        self.split_words = not any(inner.search(t) for t in vocab.tokens if "▁" in t[1:])
         self.cache: dict[str, list[int]] = {}
 
     def encode(self, text: str, out: list[int]) -> None:

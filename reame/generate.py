@@ -71,6 +71,7 @@ class Generation:
         text = self._release(final=False)
         step = Step(tok, text, s)
         if self.finished:                                  # a stop sequence matched
+            step.finish_reason = self.finish_reason
             return step
         if self.max_tokens is not None and len(self.output_ids) >= self.max_tokens:
             return self._finish(step, "length")

@@ -248,3 +248,38 @@ def test_forward_matches_direct(rope_models, case):
     want = forward_direct(model, tokens)
     assert want.std() > 0.3
     np.testing.assert_allclose(got, want, rtol=0, atol=2e-4 * np.abs(want).max())
+
+
+# ---- llama.cpp on synthetic models -----------------------------------------------------------
+
+# Recorded with llama-cpp-python 0.3.36 (CPU, f32 K/V, no flash attention) on the files that
+# synth_model(..., shape, "F32") writes (seed 0, stories vocabulary), after eval of TOKENS:
+# per-row argmax and max, and the first 8 logits of the last row. If synth's weights change
+# (SYNTH_VERSION bump, a numpy RNG stream change), record them again:
+#   Llama(path, n_ctx=64, logits_all=True, type_k=0, type_v=0, flash_attn=False).eval(TOKENS)
+TOKENS = [1, 45, 300, 7, 99, 12]
+LLAMA_CPP = {
+    "tiny-llama": {"argmax": [489, 224, 124, 124, 86, 258],
+                   "max": [3.1389, 3.1258, 3.2167, 3.5845, 2.9414, 2.7456],
+                   "last8": [2.7153, -0.2041, 0.4108, -0.6993, -0.7901, -0.6224, -0.689, 0.0363]},
+    "tiny-qwen2": {"argmax": [276, 339, 146, 339, 224, 316],
+                   "max": [3.2209, 3.0623, 2.8336, 3.3172, 2.7487, 3.5755],
+                   "last8": [0.6858, 0.5469, 0.3774, -0.3024, -0.2703, -1.1116, 0.1038, 0.2672]},
+    "tiny-qwen3": {"argmax": [120, 191, 127, 252, 25, 154],
+                   "max": [2.7243, 2.7419, 2.9179, 2.4811, 3.3777, 2.9677],
+                   "last8": [0.6372, 0.5647, -0.9546, -0.3648, 0.3489, -1.3339, -0.6732, -0.6812]},
+}
+
+
+@pytest.mark.parametrize("shape", LLAMA_CPP)
+def test_synthetic_matches_llama_cpp(tmp_path_factory, shape):
+    """Llama (normal RoPE), Qwen2 (NeoX, q/k/v biases) and Qwen3 (q/k norm, head_dim 128 !=
+    n_embd/n_head) read from synth files agree with llama.cpp to float32 rounding."""
+    shared_path("models/stories260K.gguf")
+    model = load_model(synth_model(tmp_path_factory, shape, "F32"))
+    logits = ReferenceEngine(model, n_ctx=16, max_seqs=1).forward(
+        Batch.prefill(TOKENS, 0, 0, all_logits=True))
+    exp = LLAMA_CPP[shape]
+    np.testing.assert_allclose(logits[-1, :8], exp["last8"], rtol=0, atol=2e-4)
+    np.testing.assert_allclose(logits.max(axis=1), exp["max"], rtol=0, atol=2e-4)
+    assert logits.argmax(axis=1).tolist() == exp["argmax"]

@@ -1,0 +1,1018 @@
+"""The server through falcon.testing with injected engines (the reference engine on stories260K,
+wrapped where a test needs it slow, gated or failing), and the scheduler on its own."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import numpy as np
+import pytest
+from falcon import testing
+
+from reame.engines import create_engine
+from reame.generate import Generation
+from reame.sampling import SamplingParams
+from reame.scheduler import (DONE, EngineFailure, QueueFull, RequestTimeout, Scheduler,
+                             SchedulerStopped)
+from reame.server import ServerConfig, create_app
+from reame.server.schemas import MAX_STOP
+from reame.tokenizer import Tokenizer
+
+N_CTX = 256
+
+
+# ---- engines and apps ----
+
+class WrappedEngine:
+    """An engine in front of another: optional delay per step, a gate, failures, a call count."""
+
+    def __init__(self, inner, delay: float = 0.0, fail_times: int = 0):
+        self.inner = inner
+        self.model, self.config, self.n_ctx, self.kv = inner.model, inner.config, inner.n_ctx, inner.kv
+        self.delay, self.fail_times = delay, fail_times
+        self.gate = threading.Event()
+        self.gate.set()
+        self.calls = 0
+        self.batch_sizes = []
+
+    def forward(self, batch):
+        self.gate.wait(30)
+        self.calls += 1
+        self.batch_sizes.append(len(batch))
+        if self.fail_times:
+            self.fail_times -= 1
+            raise RuntimeError("injected failure")
+        if self.delay:
+            time.sleep(self.delay)
+        return self.inner.forward(batch)
+
+
+class NoCopyKV:
+    """A KV cache without copy_prefix: n > 1 must then prefill each sequence itself."""
+
+    def __init__(self, kv):
+        self._kv = kv
+        self.max_seqs = kv.max_seqs
+
+    def alloc(self):
+        return self._kv.alloc()
+
+    def free(self, slot):
+        self._kv.free(slot)
+
+
+@pytest.fixture(scope="module")
+def tok(stories_model):
+    return Tokenizer.from_metadata(stories_model.metadata)
+
+
+def new_engine(model, max_seqs=4, **kw):
+    return WrappedEngine(create_engine(model, n_ctx=N_CTX, max_seqs=max_seqs), **kw)
+
+
+def new_app(model, engine=None, **config):
+    config.setdefault("max_seqs", 4)
+    engine = engine or new_engine(model, config["max_seqs"])
+    return create_app(engine, ServerConfig(model=model.path, **config))
+
+
+def stop_app(app):
+    s = app.reame.service
+    if s is not None:
+        s.scheduler.stop()
+
+
+@pytest.fixture(scope="module")
+def app(stories_model):
+    a = new_app(stories_model)
+    yield a
+    stop_app(a)
+
+
+@pytest.fixture(scope="module")
+def client(app):
+    return testing.TestClient(app)
+
+
+def post(client, path, body, **kw):
+    if isinstance(body, (bytes, str)):
+        return client.simulate_post(path, body=body, **kw)
+    return client.simulate_post(path, json=body, **kw)
+
+
+def complete(client, **body):
+    body.setdefault("model", "stories260K")
+    r = post(client, "/v1/completions", body)
+    assert r.status_code == 200, r.text
+    return r.json
+
+
+def chat(client, **body):
+    body.setdefault("model", "stories260K")
+    r = post(client, "/v1/chat/completions", body)
+    assert r.status_code == 200, r.text
+    return r.json
+
+
+def sse_events(text: str) -> list:
+    """The data payloads of an SSE body; the last must be [DONE]."""
+    assert text.endswith("data: [DONE]\n\n"), text[-200:]
+    out = []
+    for block in text.split("\n\n"):
+        if not block:
+            continue
+        assert block.startswith("data: "), block
+        data = block[len("data: "):]
+        out.append(data if data == "[DONE]" else json.loads(data))
+    return out
+
+
+def assert_error(r, status, param="__any__", code="__any__"):
+    assert r.status_code == status, (r.status_code, r.text)
+    body = r.json
+    assert set(body) == {"error"}
+    err = body["error"]
+    assert set(err) == {"message", "type", "param", "code"}
+    assert isinstance(err["message"], str) and err["message"]
+    assert isinstance(err["type"], str)
+    if param != "__any__":
+        assert err["param"] == param, err
+    if code != "__any__":
+        assert err["code"] == code, err
+    return err
+
+
+def wait_until(cond, timeout=5.0):
+    t = time.monotonic() + timeout
+    while time.monotonic() < t:
+        if cond():
+            return True
+        time.sleep(0.01)
+    return cond()
+
+
+# ---- /health, /v1/models, /metrics ----
+
+def test_health_ready(client):
+    r = client.simulate_get("/health")
+    assert r.status_code == 200 and r.json == {"status": "ok"}
+
+
+def test_health_503_while_loading_then_ready(stories_model):
+    release = threading.Event()
+
+    def factory():
+        release.wait(10)
+        return new_engine(stories_model)
+
+    app = create_app(factory, ServerConfig(model=stories_model.path))
+    c = testing.TestClient(app)
+    r = c.simulate_get("/health")
+    assert r.status_code == 503 and r.json["status"] == "loading"
+    assert r.headers["retry-after"]
+    err = assert_error(post(c, "/v1/completions", {"prompt": "x"}), 503, code="model_loading")
+    assert err["type"] == "server_error"
+    assert_error(c.simulate_get("/v1/models"), 503)
+    release.set()
+    assert wait_until(lambda: c.simulate_get("/health").status_code == 200)
+    assert complete(c, prompt="Once", max_tokens=2)["usage"]["completion_tokens"] == 2
+    stop_app(app)
+
+
+def test_health_reports_load_failure(stories_model):
+    def factory():
+        raise RuntimeError("disk on fire")
+
+    app = create_app(factory, ServerConfig(model=stories_model.path))
+    c = testing.TestClient(app)
+    c.simulate_get("/health")
+    assert wait_until(lambda: app.reame.loader.state == "failed")
+    r = c.simulate_get("/health")
+    assert r.status_code == 503 and r.json["status"] == "failed" and "disk on fire" in r.json["error"]
+    assert_error(post(c, "/v1/completions", {"prompt": "x"}), 503, code="model_load_failed")
+
+
+def test_models(client):
+    r = client.simulate_get("/v1/models")
+    assert r.status_code == 200
+    assert r.json["object"] == "list"
+    (card,) = r.json["data"]
+    assert card["id"] == "stories260K" and card["object"] == "model"
+    assert isinstance(card["created"], int) and card["owned_by"] == "reame"
+    for name in ("stories260K", "stories260K.gguf", "llama"):   # basename, file name, general.name
+        r = client.simulate_get(f"/v1/models/{name}")
+        assert r.status_code == 200 and r.json["id"] == "stories260K"
+    assert_error(client.simulate_get("/v1/models/gpt-4"), 404, code="model_not_found")
+
+
+def test_model_names_accepted(client):
+    for name in ("stories260K", "stories260K.gguf", "llama"):
+        out = complete(client, model=name, prompt="Once", max_tokens=1)
+        assert out["model"] == "stories260K"
+    out = complete(client, prompt="Once", max_tokens=1, model=None)   # model omitted: lenient
+    assert out["model"] == "stories260K"
+
+
+def test_alias(stories_model):
+    app = new_app(stories_model, model_alias="my-model")
+    c = testing.TestClient(app)
+    assert c.simulate_get("/v1/models").json["data"][0]["id"] == "my-model"
+    assert complete(c, model="stories260K", prompt="Once", max_tokens=1)["model"] == "my-model"
+    stop_app(app)
+
+
+def parse_metrics(text: str) -> dict:
+    out = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, value = line.rsplit(" ", 1)
+            out[name] = float(value)
+    return out
+
+
+def test_metrics(stories_model, stories_expected):
+    app = new_app(stories_model)
+    c = testing.TestClient(app)
+    case = stories_expected["cases"][0]
+    complete(c, prompt=case["prompt"], max_tokens=8, temperature=0)
+    r = post(c, "/v1/completions", {"prompt": case["prompt"], "max_tokens": 4, "stream": True})
+    assert r.status_code == 200
+    assert_error(post(c, "/v1/completions", b"{"), 400)
+    c.simulate_get("/nope")
+    r = c.simulate_get("/metrics")
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain; version=0.0.4")
+    m = parse_metrics(r.text)
+    assert m['reame_requests_total{endpoint="/v1/completions",status="200"}'] == 2
+    assert m['reame_requests_total{endpoint="/v1/completions",status="400"}'] == 1
+    assert m['reame_requests_total{endpoint="other",status="404"}'] == 1
+    assert m["reame_prompt_tokens_total"] == 2 * len(case["prompt_tokens"])
+    assert m["reame_generation_tokens_total"] == 12
+    assert m["reame_time_to_first_token_seconds_count"] == 2
+    assert m["reame_time_per_output_token_seconds_count"] == 7 + 3
+    assert m['reame_request_duration_seconds_count{endpoint="/v1/completions"}'] == 2
+    assert m["reame_queue_depth"] == 0 and m["reame_running_requests"] == 0
+    assert m["reame_running_sequences"] == 0 and m["reame_model_loaded"] == 1
+    buckets = [v for k, v in m.items() if k.startswith("reame_time_to_first_token_seconds_bucket")]
+    assert buckets == sorted(buckets) and buckets[-1] == 2          # cumulative, +Inf last
+    stop_app(app)
+
+
+def test_metrics_shared_between_workers(tmp_path):
+    from reame.server.metrics import Metrics
+    a, b = Metrics(str(tmp_path)), Metrics(str(tmp_path))
+    a.inc("reame_prompt_tokens_total", 5)
+    b.inc("reame_prompt_tokens_total", 7)
+    b.gauges["reame_running_requests"] = lambda: 3
+    b.publish()                                 # as another worker would (same pid here)
+    (tmp_path / f"worker-{__import__('os').getpid()}.json").rename(tmp_path / "worker-1.json")
+    m = parse_metrics(a.render())               # pid 1 is alive (init): its gauges count
+    assert m["reame_prompt_tokens_total"] == 12 and m["reame_running_requests"] == 3
+    (tmp_path / "worker-1.json").rename(tmp_path / "worker-999999999.json")   # a dead worker
+    m = parse_metrics(a.render())
+    assert m["reame_prompt_tokens_total"] == 12 and m["reame_running_requests"] == 0
+
+
+# ---- completions ----
+
+def test_completion_greedy_matches_expected(client, stories_expected):
+    for case in stories_expected["cases"]:
+        out = complete(client, prompt=case["prompt"], max_tokens=64, temperature=0)
+        assert out["object"] == "text_completion"
+        assert out["id"].startswith("cmpl-") and isinstance(out["created"], int)
+        (choice,) = out["choices"]
+        assert choice["text"] == case["greedy_text"]
+        assert choice["finish_reason"] == "length" and choice["index"] == 0
+        assert choice["logprobs"] is None
+        assert out["usage"] == {"prompt_tokens": len(case["prompt_tokens"]),
+                                "completion_tokens": 64,
+                                "total_tokens": len(case["prompt_tokens"]) + 64}
+
+
+def test_completion_prompt_list_and_token_ids(client, stories_expected):
+    c0, c1 = stories_expected["cases"][:2]
+    out = complete(client, prompt=[c0["prompt"], c1["prompt"]], max_tokens=64, temperature=0)
+    assert [ch["index"] for ch in out["choices"]] == [0, 1]
+    assert [ch["text"] for ch in out["choices"]] == [c0["greedy_text"], c1["greedy_text"]]
+    assert out["usage"]["prompt_tokens"] == len(c0["prompt_tokens"]) + len(c1["prompt_tokens"])
+    out = complete(client, prompt=c0["prompt_tokens"], max_tokens=64, temperature=0)
+    assert out["choices"][0]["text"] == c0["greedy_text"]
+    out = complete(client, prompt=[c0["prompt_tokens"], c1["prompt_tokens"]], max_tokens=64,
+                   temperature=0)
+    assert [ch["text"] for ch in out["choices"]] == [c0["greedy_text"], c1["greedy_text"]]
+
+
+def test_completion_default_max_tokens_is_16(client):
+    out = complete(client, prompt="Once upon a time", temperature=0)
+    assert out["usage"]["completion_tokens"] == 16
+
+
+def test_echo(client, stories_expected):
+    case = stories_expected["cases"][0]
+    out = complete(client, prompt=case["prompt"], max_tokens=64, temperature=0, echo=True)
+    assert out["choices"][0]["text"] == case["prompt"] + case["greedy_text"]
+
+
+def test_stop(client, stories_expected):
+    case = stories_expected["cases"][0]
+    text = case["greedy_text"]
+    out = complete(client, prompt=case["prompt"], max_tokens=64, temperature=0, stop="girl")
+    assert out["choices"][0]["text"] == text[:text.index("girl")]
+    assert out["choices"][0]["finish_reason"] == "stop"
+    out = complete(client, prompt=case["prompt"], max_tokens=64, temperature=0,
+                   stop=["zzz", "park", "Lily"])
+    assert out["choices"][0]["text"] == text[:text.index("Lily")]
+    out = complete(client, prompt=case["prompt"], max_tokens=64, temperature=0, stop=["", "zzz"])
+    assert out["choices"][0]["text"] == text             # empty stop strings are ignored
+
+
+def test_seed_reproducible_and_n_uses_consecutive_seeds(client):
+    body = dict(prompt="Once upon a time", max_tokens=24, temperature=1.5, seed=1234)
+    a = complete(client, **body)["choices"][0]["text"]
+    b = complete(client, **body)["choices"][0]["text"]
+    assert a == b
+    other = complete(client, **{**body, "seed": 99})["choices"][0]["text"]
+    assert other != a
+    out = complete(client, **{**body, "n": 3})
+    texts = [ch["text"] for ch in out["choices"]]
+    assert [ch["index"] for ch in out["choices"]] == [0, 1, 2]
+    assert texts[0] == a
+    assert texts[1] == complete(client, **{**body, "seed": 1235})["choices"][0]["text"]
+    assert texts[2] == complete(client, **{**body, "seed": 1236})["choices"][0]["text"]
+    assert out["usage"]["completion_tokens"] == 3 * 24
+    assert out["usage"]["prompt_tokens"] == 5                # the prompt counts once
+    assert complete(client, **{**body, "seed": -5})["choices"][0]["text"]   # any int64 seed
+
+
+def test_n_greedy_choices_equal(client, stories_expected):
+    case = stories_expected["cases"][1]
+    out = complete(client, prompt=case["prompt"], max_tokens=64, temperature=0, n=4)
+    assert [ch["text"] for ch in out["choices"]] == [case["greedy_text"]] * 4
+
+
+def test_completion_logprobs(client, stories_expected):
+    case = stories_expected["cases"][0]
+    out = complete(client, prompt=case["prompt"], max_tokens=10, temperature=0, logprobs=3)
+    ch = out["choices"][0]
+    lp = ch["logprobs"]
+    assert len(lp["tokens"]) == len(lp["token_logprobs"]) == len(lp["top_logprobs"]) == 10
+    assert "".join(lp["tokens"]) == ch["text"]
+    assert lp["text_offset"][0] == 0
+    assert lp["text_offset"] == list(np.cumsum([0] + [len(t) for t in lp["tokens"]])[:-1])
+    for tok_s, tok_lp, top in zip(lp["tokens"], lp["token_logprobs"], lp["top_logprobs"]):
+        assert len(top) == 3 and tok_lp <= 0
+        assert max(top.values()) == pytest.approx(tok_lp)       # greedy: the top token
+        assert top[tok_s] == pytest.approx(tok_lp)
+    out = complete(client, prompt=case["prompt"], max_tokens=3, temperature=0, logprobs=0)
+    lp = out["choices"][0]["logprobs"]
+    assert len(lp["token_logprobs"]) == 3 and lp["top_logprobs"] is None
+
+
+def test_first_step_logprobs_match_llama_cpp(client, stories_expected):
+    """The reported logprob of the first token is the log-softmax of llama.cpp's first logits."""
+    case = stories_expected["cases"][0]
+    logits = np.asarray(case["first_step_logits"], dtype=np.float64)
+    ref = logits - (logits.max() + np.log(np.exp(logits - logits.max()).sum()))
+    out = complete(client, prompt=case["prompt"], max_tokens=1, temperature=0, logprobs=5)
+    got = out["choices"][0]["logprobs"]["token_logprobs"][0]
+    assert got == pytest.approx(ref[case["greedy_tokens"][0]], abs=1e-3)
+
+
+def test_sampling_parameters(client, stories_expected):
+    case = stories_expected["cases"][0]
+    greedy = case["greedy_text"]
+    base = dict(prompt=case["prompt"], max_tokens=64)
+    # truncations that leave only the top token reproduce greedy decoding at any temperature
+    for extra in ({"top_k": 1}, {"min_p": 1.0}, {"top_p": 0.0}, {"top_p": 1e-6}):
+        out = complete(client, **base, temperature=1.0, seed=3, **extra)
+        assert out["choices"][0]["text"] == greedy, extra
+    # the penalties change greedy text
+    for extra in ({"presence_penalty": 2.0}, {"frequency_penalty": 2.0},
+                  {"repetition_penalty": 1.5}, {"presence_penalty": -2.0, "n": 1}):
+        out = complete(client, **base, temperature=0, **extra)
+        assert out["choices"][0]["text"] != greedy, extra
+    # values at the edge of their ranges are accepted
+    complete(client, **base, temperature=2.0, top_p=1.0, top_k=-1, min_p=0.0, seed=0,
+             frequency_penalty=-2.0, repetition_penalty=10.0)
+
+
+def test_logit_bias(client, tok):
+    target = tok.encode("dog", add_special=False)[0]
+    out = complete(client, prompt="Once upon a time", max_tokens=5, temperature=0,
+                   logit_bias={str(target): 100}, logprobs=0)
+    assert out["choices"][0]["logprobs"]["tokens"] == [tok.decode([target])] * 5 or \
+        out["choices"][0]["text"] == tok.decode([target] * 5, strip_space_prefix=False)
+    # a strong negative bias on the greedy first token moves the first choice elsewhere
+    first = complete(client, prompt="Once upon a time", max_tokens=1, temperature=0,
+                     logprobs=0)["choices"][0]["logprobs"]["tokens"][0]
+    first_id = tok.encode(first, add_special=False)
+    out = complete(client, prompt="Once upon a time", max_tokens=1, temperature=0,
+                   logit_bias={str(first_id[-1]): -100}, logprobs=0)
+    assert out["choices"][0]["logprobs"]["tokens"][0] != first
+
+
+def test_ignore_eos_extension(client):
+    out = complete(client, prompt="Once upon a time", max_tokens=200, temperature=0,
+                   ignore_eos=True)
+    assert out["usage"]["completion_tokens"] == 200
+    assert out["choices"][0]["finish_reason"] == "length"
+
+
+def test_finish_reason_stop_on_eos(client):
+    # a bias that makes </s> (id 2) the most likely token ends the generation at once
+    out = complete(client, prompt="Once upon a time", max_tokens=20, temperature=0,
+                   logit_bias={"2": 100}, logprobs=1)
+    ch = out["choices"][0]
+    assert ch["finish_reason"] == "stop" and ch["text"] == ""
+    assert ch["logprobs"]["tokens"] == []                    # the EOS token is not text
+    assert out["usage"]["completion_tokens"] == 1
+
+
+def test_context_limit_ends_with_length(client):
+    # no max_tokens in a chat: generation runs to the context limit at most
+    out = chat(client, messages=[{"role": "user", "content": "Tell a story"}], temperature=0,
+               ignore_eos=True)
+    assert out["choices"][0]["finish_reason"] == "length"
+    assert out["usage"]["total_tokens"] == N_CTX
+
+
+# ---- chat ----
+
+def test_chat_basic_shape(client):
+    out = chat(client, messages=[{"role": "system", "content": "You tell stories."},
+                                 {"role": "user", "content": "Once upon a time"}],
+               max_tokens=12, temperature=0)
+    assert out["object"] == "chat.completion"
+    assert out["id"].startswith("chatcmpl-") and isinstance(out["created"], int)
+    assert out["model"] == "stories260K"
+    (ch,) = out["choices"]
+    assert ch["message"]["role"] == "assistant" and isinstance(ch["message"]["content"], str)
+    assert ch["message"]["content"]
+    assert ch["finish_reason"] == "length" and ch["logprobs"] is None
+    assert out["usage"]["completion_tokens"] == 12
+    assert out["usage"]["total_tokens"] == out["usage"]["prompt_tokens"] + 12
+
+
+def test_chat_content_parts_equal_string(client):
+    msgs_s = [{"role": "user", "content": "Once upon\na time"}]
+    msgs_p = [{"role": "user", "content": [{"type": "text", "text": "Once upon"},
+                                           {"type": "text", "text": "a time"}]}]
+    a = chat(client, messages=msgs_s, max_tokens=16, temperature=0)
+    b = chat(client, messages=msgs_p, max_tokens=16, temperature=0)
+    assert a["choices"][0]["message"] == b["choices"][0]["message"]
+    assert a["usage"] == b["usage"]
+
+
+def test_chat_roles_and_max_completion_tokens(client):
+    msgs = [{"role": "developer", "content": "Be brief."},
+            {"role": "user", "content": "Hi"},
+            {"role": "assistant", "content": None},
+            {"role": "assistant", "content": "Hello"},
+            {"role": "user", "content": "More"}]
+    out = chat(client, messages=msgs, max_completion_tokens=3, max_tokens=50, temperature=0)
+    assert out["usage"]["completion_tokens"] == 3
+    out = chat(client, messages=msgs, max_tokens=4, temperature=0)
+    assert out["usage"]["completion_tokens"] == 4
+
+
+def test_chat_logprobs(client):
+    out = chat(client, messages=[{"role": "user", "content": "Once upon a time"}], max_tokens=6,
+               temperature=0, logprobs=True, top_logprobs=4)
+    ch = out["choices"][0]
+    content = ch["logprobs"]["content"]
+    assert len(content) == 6
+    assert "".join(e["token"] for e in content) == ch["message"]["content"]
+    for e in content:
+        assert set(e) == {"token", "logprob", "bytes", "top_logprobs"}
+        assert bytes(e["bytes"]).decode("utf-8", "replace") == e["token"]
+        assert len(e["top_logprobs"]) == 4
+        assert e["top_logprobs"][0]["token"] == e["token"]
+        assert e["top_logprobs"][0]["logprob"] == pytest.approx(e["logprob"])
+        lps = [t["logprob"] for t in e["top_logprobs"]]
+        assert lps == sorted(lps, reverse=True)
+    out = chat(client, messages=[{"role": "user", "content": "x"}], max_tokens=2,
+               logprobs=True, temperature=0)
+    assert all(e["top_logprobs"] == [] for e in out["choices"][0]["logprobs"]["content"])
+
+
+def test_chat_n_and_seed(client):
+    body = dict(messages=[{"role": "user", "content": "Tell a story"}], max_tokens=16,
+                temperature=1.2, seed=7)
+    out = chat(client, n=2, **body)
+    assert [c["index"] for c in out["choices"]] == [0, 1]
+    assert out["choices"][0]["message"]["content"] == \
+        chat(client, **body)["choices"][0]["message"]["content"]
+    assert out["choices"][1]["message"]["content"] == \
+        chat(client, **{**body, "seed": 8})["choices"][0]["message"]["content"]
+
+
+def test_chat_template_kwargs_and_empty_tools(client):
+    chat(client, messages=[{"role": "user", "content": "Hi"}], max_tokens=1,
+         chat_template_kwargs={"enable_thinking": False}, tools=[], response_format={"type": "text"},
+         user="u-1", metadata={"a": "b"}, store=False, parallel_tool_calls=False,
+         unknown_future_field=123)
+
+
+# ---- streaming ----
+
+def test_stream_completion(client, stories_expected):
+    case = stories_expected["cases"][2]
+    r = post(client, "/v1/completions", {"prompt": case["prompt"], "max_tokens": 64,
+                                         "temperature": 0, "stream": True})
+    assert r.status_code == 200
+    assert r.headers["content-type"].startswith("text/event-stream")
+    assert r.headers["x-accel-buffering"] == "no" and r.headers["cache-control"] == "no-cache"
+    events = sse_events(r.text)
+    chunks = events[:-1]
+    assert len({c["id"] for c in chunks}) == 1 and chunks[0]["id"].startswith("cmpl-")
+    assert all(c["object"] == "text_completion" and isinstance(c["created"], int)
+               and c["model"] == "stories260K" and "usage" not in c for c in chunks)
+    assert "".join(c["choices"][0]["text"] for c in chunks) == case["greedy_text"]
+    assert chunks[-1]["choices"][0]["finish_reason"] == "length"
+    assert all(c["choices"][0]["finish_reason"] is None for c in chunks[:-1])
+    assert len(chunks) > 10                                  # token by token
+
+
+def test_stream_chat_with_usage(client):
+    r = post(client, "/v1/chat/completions", {
+        "messages": [{"role": "user", "content": "Once upon a time"}], "max_tokens": 8,
+        "temperature": 0, "stream": True, "stream_options": {"include_usage": True}})
+    events = sse_events(r.text)
+    chunks = events[:-1]
+    assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    assert all(c["object"] == "chat.completion.chunk" and c["id"].startswith("chatcmpl-")
+               for c in chunks)
+    assert all(c["usage"] is None for c in chunks[:-1])
+    last = chunks[-1]
+    assert last["choices"] == [] and last["usage"]["completion_tokens"] == 8
+    finish = chunks[-2]["choices"][0]
+    assert finish["finish_reason"] == "length" and finish["delta"] == {}
+    text = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks[1:-1])
+    full = chat(client, messages=[{"role": "user", "content": "Once upon a time"}], max_tokens=8,
+                temperature=0)
+    assert text == full["choices"][0]["message"]["content"]
+
+
+def test_stream_n2_logprobs(client):
+    r = post(client, "/v1/chat/completions", {
+        "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 5, "n": 2, "seed": 1,
+        "stream": True, "logprobs": True, "top_logprobs": 2})
+    chunks = sse_events(r.text)[:-1]
+    for i in (0, 1):
+        mine = [c["choices"][0] for c in chunks if c["choices"][0]["index"] == i]
+        assert mine[0]["delta"]["role"] == "assistant"
+        assert mine[-1]["finish_reason"] == "length"
+        lps = [e for c in mine if c["logprobs"] for e in c["logprobs"]["content"]]
+        assert len(lps) == 5 and all(len(e["top_logprobs"]) == 2 for e in lps)
+
+
+def test_stream_completion_logprobs_and_echo(client):
+    r = post(client, "/v1/completions", {"prompt": "Once upon a time", "max_tokens": 4,
+                                         "stream": True, "logprobs": 1, "temperature": 0})
+    chunks = sse_events(r.text)[:-1]
+    toks = [t for c in chunks if c["choices"][0]["logprobs"]
+            for t in c["choices"][0]["logprobs"]["tokens"]]
+    assert len(toks) == 4
+    r = post(client, "/v1/completions", {"prompt": "Once upon a time", "max_tokens": 4,
+                                         "stream": True, "echo": True, "temperature": 0})
+    chunks = sse_events(r.text)[:-1]
+    assert chunks[0]["choices"][0]["text"] == "Once upon a time"
+
+
+# ---- errors: every one is a 4xx with OpenAI's body ----
+
+BAD_JSON = [b"{", b"[1, 2]", b"", b'"text"', b'{"prompt": "\xff\xfe"}', b'{"prompt": NaN}',
+            b"[" * 100000]
+
+
+@pytest.mark.parametrize("raw", BAD_JSON)
+@pytest.mark.parametrize("path", ["/v1/completions", "/v1/chat/completions"])
+def test_malformed_body(client, path, raw):
+    assert_error(post(client, path, raw), 400)
+
+
+C, M = "/v1/completions", "/v1/chat/completions"
+OK_C = {"prompt": "Once", "max_tokens": 2}
+OK_M = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2}
+
+INVALID = [
+    # (path, fields merged into a valid body, param)
+    (C, {"prompt": None}, "prompt"), (C, {"prompt": 5}, "prompt"), (C, {"prompt": []}, "prompt"),
+    (C, {"prompt": [1.5]}, "prompt"), (C, {"prompt": [[]]}, "prompt"),
+    (C, {"prompt": ["a", 1]}, "prompt"), (C, {"prompt": [99999]}, "prompt"),
+    (C, {"prompt": [-1]}, "prompt"), (C, {"prompt": {"text": "x"}}, "prompt"),
+    (C, {"prompt": [True]}, "prompt"),
+    (M, {"messages": None}, "messages"), (M, {"messages": "hi"}, "messages"),
+    (M, {"messages": []}, "messages"), (M, {"messages": ["hi"]}, "messages[0]"),
+    (M, {"messages": [{"content": "hi"}]}, "messages[0].role"),
+    (M, {"messages": [{"role": "robot", "content": "hi"}]}, "messages[0].role"),
+    (M, {"messages": [{"role": "user"}]}, "messages[0].content"),
+    (M, {"messages": [{"role": "user", "content": 5}]}, "messages[0].content"),
+    (M, {"messages": [{"role": "user", "content": [{"type": "image_url",
+                                                    "image_url": {"url": "http://x"}}]}]},
+     "messages[0].content[0].type"),
+    (M, {"messages": [{"role": "user", "content": [{"type": "text"}]}]},
+     "messages[0].content[0].text"),
+    (M, {"messages": [{"role": "user", "content": ["raw"]}]}, "messages[0].content[0]"),
+    (M, {"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
+    (M, {"response_format": {"type": "json_object"}}, "response_format"),
+    (M, {"response_format": "json"}, "response_format"),
+    (M, {"logprobs": 1}, "logprobs"), (M, {"top_logprobs": 3}, "top_logprobs"),
+    (M, {"logprobs": True, "top_logprobs": 21}, "top_logprobs"),
+    (M, {"max_completion_tokens": 0}, "max_completion_tokens"),
+    (M, {"chat_template_kwargs": [1]}, "chat_template_kwargs"),
+    (C, {"logprobs": 21}, "logprobs"), (C, {"logprobs": True}, "logprobs"),
+    (C, {"logprobs": -1}, "logprobs"),
+    (C, {"echo": True, "logprobs": 1}, "echo"), (C, {"echo": "yes"}, "echo"),
+    (C, {"suffix": "end"}, "suffix"), (C, {"best_of": 3}, "best_of"),
+    (C, {"max_tokens": 0}, "max_tokens"), (C, {"max_tokens": -3}, "max_tokens"),
+    (C, {"max_tokens": "10"}, "max_tokens"), (C, {"max_tokens": True}, "max_tokens"),
+    (C, {"max_tokens": 2.5}, "max_tokens"),
+    (C, {"temperature": "hot"}, "temperature"), (C, {"temperature": -0.1}, "temperature"),
+    (C, {"temperature": 101}, "temperature"), (C, {"temperature": [1]}, "temperature"),
+    (C, {"top_p": 1.5}, "top_p"), (C, {"top_p": -0.1}, "top_p"), (C, {"top_p": False}, "top_p"),
+    (C, {"top_k": -5}, "top_k"), (C, {"top_k": 1.5}, "top_k"),
+    (C, {"min_p": 1.5}, "min_p"), (C, {"min_p": "0"}, "min_p"),
+    (C, {"presence_penalty": 2.5}, "presence_penalty"),
+    (C, {"frequency_penalty": -2.5}, "frequency_penalty"),
+    (C, {"frequency_penalty": "x"}, "frequency_penalty"),
+    (C, {"repetition_penalty": 0}, "repetition_penalty"),
+    (C, {"repetition_penalty": 11}, "repetition_penalty"),
+    (C, {"logit_bias": [1]}, "logit_bias"), (C, {"logit_bias": {"abc": 1}}, "logit_bias"),
+    (C, {"logit_bias": {"99999": 1}}, "logit_bias"), (C, {"logit_bias": {"-1": 1}}, "logit_bias"),
+    (C, {"logit_bias": {"5": 101}}, "logit_bias"), (C, {"logit_bias": {"5": "1"}}, "logit_bias"),
+    (C, {"n": 0}, "n"), (C, {"n": 5}, "n"), (C, {"n": "2"}, "n"), (C, {"n": 1000}, "n"),
+    (C, {"stream": "yes"}, "stream"), (C, {"stream": 1}, "stream"),
+    (C, {"stream_options": {"include_usage": True}}, "stream_options"),
+    (C, {"stream": True, "stream_options": 5}, "stream_options"),
+    (C, {"stream": True, "stream_options": {"include_usage": "yes"}}, "include_usage"),
+    (C, {"stop": 5}, "stop"), (C, {"stop": [1]}, "stop"),
+    (C, {"stop": ["x"] * (MAX_STOP + 1)}, "stop"),
+    (C, {"seed": "x"}, "seed"), (C, {"seed": 1.5}, "seed"),
+    (C, {"model": 5}, "model"), (M, {"model": ["a"]}, "model"),
+    (C, {"ignore_eos": "true"}, "ignore_eos"),
+]
+
+
+@pytest.mark.parametrize("path,fields,param", INVALID,
+                         ids=[f"{p[4:]}-{json.dumps(f)[:40]}" for p, f, _ in INVALID])
+def test_invalid_parameters(client, path, fields, param):
+    body = {**(OK_C if path == C else OK_M), **fields}
+    body = {k: v for k, v in body.items() if v is not None}
+    err = assert_error(post(client, path, body), 400, param=param)
+    assert err["type"] == "invalid_request_error"
+
+
+def test_unknown_model(client):
+    for path, body in ((C, OK_C), (M, OK_M)):
+        err = assert_error(post(client, path, {**body, "model": "gpt-4o"}), 404,
+                           param="model", code="model_not_found")
+        assert "gpt-4o" in err["message"]
+
+
+def test_prompt_longer_than_context(client):
+    long_prompt = "Once upon a time " * 100                  # > 256 tokens
+    err = assert_error(post(client, C, {"prompt": long_prompt}), 400, param="prompt",
+                       code="context_length_exceeded")
+    assert str(N_CTX) in err["message"]
+    assert_error(post(client, M, {"messages": [{"role": "user", "content": long_prompt}]}), 400,
+                 param="messages", code="context_length_exceeded")
+    # fits alone, but not with the requested completion
+    assert_error(post(client, C, {"prompt": "Once upon a time", "max_tokens": N_CTX}), 400,
+                 param="max_tokens", code="context_length_exceeded")
+    assert_error(post(client, C, {"prompt": ["Once", long_prompt]}), 400, param="prompt")
+
+
+def test_routes_and_methods(client):
+    assert_error(client.simulate_get("/v1/nothing"), 404)
+    assert_error(client.simulate_post("/v1/engines/x/completions", json={}), 404)
+    err = assert_error(client.simulate_get(C), 405)
+    assert err["type"] == "invalid_request_error"
+    assert_error(client.simulate_delete("/v1/models"), 405)
+    assert client.simulate_get("/v1/models/").status_code == 200      # trailing slash
+
+
+def test_body_too_large(stories_model):
+    app = new_app(stories_model, max_body_bytes=1000)
+    c = testing.TestClient(app)
+    assert_error(post(c, C, {"prompt": "x" * 2000}), 413, code="request_too_large")
+    stop_app(app)
+
+
+def test_no_client_input_gives_500(client):
+    """A grab bag of odd inputs: all answered with 2xx or 4xx, never 5xx."""
+    odd = [
+        {"prompt": "\x00\ud800"[:1], "max_tokens": 1},
+        {"prompt": "<s></s><unk>", "max_tokens": 2},
+        {"prompt": "", "max_tokens": 1},
+        {"prompt": "é" * 50, "max_tokens": 3, "stop": ["\n", "é"]},
+        {"prompt": "x", "max_tokens": 1, "logit_bias": {"2": 100}},          # forces EOS at once
+        {"prompt": "x", "max_tokens": 3, "logit_bias": {str(i): -100 for i in range(512)}},
+        {"prompt": "x", "max_tokens": 3, "temperature": 100, "top_k": 100000},
+        {"prompt": "x", "max_tokens": 1, "seed": 2**70},
+        {"prompt": "x", "max_tokens": 1e300},
+        {"prompt": "x", "temperature": 1e-30, "max_tokens": 2},
+        {"prompt": [0, 1, 2, 511], "max_tokens": 2},
+        {"prompt": "x", "max_tokens": 2, "stop": "x" * 10000},
+        {"prompt": "x", "max_tokens": 2, "n": 4, "stream": True, "logprobs": 20},
+    ]
+    for body in odd:
+        r = post(client, C, body)
+        assert r.status_code < 500, (body, r.status_code, r.text)
+        if r.status_code >= 400:
+            assert_error(r, r.status_code)
+    odd_chat = [
+        {"messages": [{"role": "tool", "content": "42", "tool_call_id": "c1"}], "max_tokens": 1},
+        {"messages": [{"role": "assistant", "content": "x", "tool_calls": []}], "max_tokens": 1},
+        {"messages": [{"role": "user", "content": []}], "max_tokens": 1},
+        {"messages": [{"role": "user", "content": "hi", "name": 5}], "max_tokens": 1},
+        {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1,
+         "chat_template_kwargs": {"messages": 1, "raise_exception": 2}},
+        {"messages": [{"role": "user", "content": "hi"}], "tools": [{"x": 1}],
+         "tool_choice": "none", "max_tokens": 1},
+    ]
+    for body in odd_chat:
+        r = post(client, M, body)
+        assert r.status_code < 500, (body, r.status_code, r.text)
+
+
+# ---- authentication ----
+
+def test_api_key(stories_model):
+    app = new_app(stories_model, api_key="s3cret")
+    c = testing.TestClient(app)
+    err = assert_error(post(c, C, OK_C), 401, code="invalid_api_key")
+    assert err["type"] == "invalid_request_error"
+    assert_error(post(c, C, OK_C, headers={"Authorization": "Bearer wrong"}), 401,
+                 code="invalid_api_key")
+    assert_error(post(c, C, OK_C, headers={"Authorization": "s3cret"}), 401)
+    assert_error(post(c, C, OK_C, headers={"Authorization": "Basic s3cret"}), 401)
+    assert_error(post(c, C, OK_C, headers={"Authorization": "Bearer s3cretX"}), 401)
+    assert_error(c.simulate_get("/v1/models"), 401)
+    assert_error(c.simulate_get("/metrics"), 401)
+    ok = {"Authorization": "Bearer s3cret"}
+    assert post(c, C, OK_C, headers=ok).status_code == 200
+    assert post(c, M, OK_M, headers=ok).status_code == 200
+    assert c.simulate_get("/v1/models", headers=ok).status_code == 200
+    assert c.simulate_get("/health").status_code == 200               # open
+    stop_app(app)
+
+
+# ---- serving: queue, cancellation, timeouts, failures ----
+
+def start_streams(app, bodies):
+    """Call the WSGI app directly; return the open response iterables (and statuses)."""
+    out = []
+    for body in bodies:
+        status = {}
+
+        def start_response(s, headers, exc_info=None, status=status):
+            status["status"] = s
+            status["headers"] = dict(headers)
+
+        env = testing.create_environ("/v1/completions", method="POST",
+                                     body=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+        it = app(env, start_response)
+        out.append((status, it))
+    return out
+
+
+def test_disconnect_cancels_and_frees_slots(stories_model):
+    engine = new_engine(stories_model, delay=0.01)
+    app = new_app(stories_model, engine=engine)
+    service = app.reame.service
+    body = {"prompt": "Once upon a time", "max_tokens": 200, "stream": True, "ignore_eos": True}
+    streams = start_streams(app, [body] * 4)
+    for status, it in streams:
+        assert status["status"].startswith("200")
+        first = next(iter(it))
+        assert first.startswith(b"data: ")
+    assert service.scheduler.running == 4
+    for _, it in streams:
+        it.close()                                   # what the WSGI server does on disconnect
+    assert wait_until(lambda: service.scheduler.running == 0, 2)
+    assert service.scheduler.running_seqs == 0
+    assert len(engine.kv.free_slots) == 4
+    calls = engine.calls
+    time.sleep(0.1)
+    assert engine.calls == calls                     # nothing is generating any more
+    stop_app(app)
+
+
+def test_queue_full_answers_429(stories_model):
+    engine = new_engine(stories_model, max_seqs=1)
+    engine.gate.clear()                              # the engine stalls: nothing finishes
+    app = new_app(stories_model, engine=engine, max_seqs=1, queue_size=1, retry_after=3)
+    c = testing.TestClient(app)
+    results = []
+    body = {"prompt": "Once upon a time", "max_tokens": 4}
+    threads = [threading.Thread(target=lambda: results.append(post(c, C, body)))
+               for _ in range(2)]
+    for t in threads:
+        t.start()
+    sched = app.reame.service.scheduler
+    assert wait_until(lambda: sched._in_system == 2)
+    r = post(c, C, body)
+    err = assert_error(r, 429, code="queue_full")
+    assert r.headers["retry-after"] == "3"
+    assert_error(post(c, M, {**OK_M, "n": 1}), 429)
+    engine.gate.set()
+    for t in threads:
+        t.join(10)
+    assert [x.status_code for x in results] == [200, 200]
+    assert post(c, C, body).status_code == 200               # room again
+    assert "capacity" in err["message"]
+    stop_app(app)
+
+
+def test_request_timeout_while_generating_ends_with_length(stories_model):
+    engine = new_engine(stories_model, delay=0.02)
+    app = new_app(stories_model, engine=engine, request_timeout=0.3)
+    c = testing.TestClient(app)
+    out = complete(c, prompt="Once upon a time", max_tokens=200, ignore_eos=True, stop=["zzzz"])
+    assert out["choices"][0]["finish_reason"] == "length"
+    assert 0 < out["usage"]["completion_tokens"] < 200
+    r = post(c, C, {"prompt": "Once upon a time", "max_tokens": 200, "ignore_eos": True,
+                    "stream": True})
+    chunks = sse_events(r.text)[:-1]
+    assert chunks[-1]["choices"][0]["finish_reason"] == "length"
+    assert app.reame.service.scheduler.running_seqs == 0
+    stop_app(app)
+
+
+def test_request_timeout_while_queued_is_503(stories_model):
+    engine = new_engine(stories_model, max_seqs=1, delay=0.02)
+    app = new_app(stories_model, engine=engine, max_seqs=1, request_timeout=0.4)
+    c = testing.TestClient(app)
+    first = []
+    t = threading.Thread(target=lambda: first.append(
+        post(c, C, {"prompt": "Once", "max_tokens": 200, "ignore_eos": True})))
+    t.start()
+    assert wait_until(lambda: app.reame.service.scheduler.running == 1)
+    r = post(c, C, {"prompt": "Once", "max_tokens": 5})
+    assert_error(r, 503, code="timeout")
+    assert r.headers["retry-after"]
+    t.join(10)
+    assert first[0].status_code == 200
+    stop_app(app)
+
+
+def test_engine_failure_is_reported_and_survived(stories_model):
+    engine = new_engine(stories_model, fail_times=1)
+    app = new_app(stories_model, engine=engine)
+    c = testing.TestClient(app)
+    err = assert_error(post(c, C, OK_C), 500, code="engine_error")
+    assert err["type"] == "server_error" and "injected failure" in err["message"]
+    assert post(c, C, OK_C).status_code == 200              # the engine thread lives on
+    assert app.reame.service.scheduler.running_seqs == 0
+    stop_app(app)
+
+
+def test_concurrent_requests_are_batched_and_exact(stories_model, stories_expected):
+    engine = new_engine(stories_model)
+    app = new_app(stories_model, engine=engine)
+    c = testing.TestClient(app)
+    cases = stories_expected["cases"]
+    results = {}
+
+    def run(i):
+        results[i] = complete(c, prompt=cases[i]["prompt"], max_tokens=64, temperature=0)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(cases))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    for i, case in enumerate(cases):
+        assert results[i]["choices"][0]["text"] == case["greedy_text"]
+    assert max(engine.batch_sizes) > 1                       # steps carried several sequences
+    assert engine.calls < 5 * 64
+    stop_app(app)
+
+
+# ---- the scheduler on its own ----
+
+@pytest.fixture()
+def sched_engine(stories_model):
+    return new_engine(stories_model, max_seqs=2)
+
+
+def greedy_gen(tok, ids, max_tokens=64, **kw):
+    return Generation(tok, ids, SamplingParams(temperature=0), max_tokens=max_tokens,
+                      n_ctx=N_CTX, **kw)
+
+
+def drain(req, timeout=30):
+    out, t = [], time.monotonic() + timeout
+    while time.monotonic() < t:
+        ev = req.out.get(timeout=timeout)
+        if ev is DONE:
+            return out
+        out.append(ev)
+    raise AssertionError("no DONE")
+
+
+def texts(events, n):
+    t = [""] * n
+    for ev in events:
+        assert ev.error is None, ev.error
+        t[ev.index] += ev.step.text if ev.step else ev.text
+    return t
+
+
+def test_scheduler_mixed_batches_match_single_runs(sched_engine, tok, stories_expected):
+    """5 prompts on 2 slots, prefill chunks of 3 tokens mixed with decode tokens: same greedy text."""
+    cases = stories_expected["cases"]
+    s = Scheduler(sched_engine, queue_size=16, prefill_chunk=3).start()
+    reqs = [s.submit([c["prompt_tokens"]], [[greedy_gen(tok, c["prompt_tokens"])]]) for c in cases]
+    for req, c in zip(reqs, cases):
+        assert texts(drain(req), 1) == [c["greedy_text"]]
+    assert s.running_seqs == 0 and len(sched_engine.kv.free_slots) == 2
+    assert max(sched_engine.batch_sizes) <= 3 + 2            # chunk budget + one token per seq
+    s.stop()
+
+
+def test_scheduler_group_shares_prefill(sched_engine, tok, stories_expected):
+    case = stories_expected["cases"][3]
+    ids = case["prompt_tokens"]
+    s = Scheduler(sched_engine).start()
+    req = s.submit([ids], [[greedy_gen(tok, ids), greedy_gen(tok, ids)]])
+    assert texts(drain(req), 2) == [case["greedy_text"]] * 2
+    # the prompt was prefilled once: the first batch holds the prompt, not two copies of it
+    assert sched_engine.batch_sizes[0] == len(ids)
+    s.stop()
+
+
+def test_scheduler_without_copy_prefix(stories_model, tok, stories_expected):
+    engine = new_engine(stories_model, max_seqs=2)
+    engine.kv = NoCopyKV(engine.inner.kv)
+    case = stories_expected["cases"][4]
+    ids = case["prompt_tokens"]
+    s = Scheduler(engine).start()
+    req = s.submit([ids], [[greedy_gen(tok, ids), greedy_gen(tok, ids)]])
+    assert texts(drain(req), 2) == [case["greedy_text"]] * 2
+    s.stop()
+
+
+def test_scheduler_queue_full_and_group_too_large(sched_engine, tok):
+    sched_engine.gate.clear()
+    s = Scheduler(sched_engine, queue_size=1).start()
+    ids = [1, 403]
+    s.submit([ids], [[greedy_gen(tok, ids)]])
+    s.submit([ids], [[greedy_gen(tok, ids), greedy_gen(tok, ids)]])
+    with pytest.raises(QueueFull):
+        s.submit([ids], [[greedy_gen(tok, ids)]])
+    with pytest.raises(ValueError):
+        s.submit([ids], [[greedy_gen(tok, ids)] * 3])
+    sched_engine.gate.set()
+    s.stop()
+
+
+def test_scheduler_large_request_on_idle_server(sched_engine, tok, stories_expected):
+    """More sequences than slots + queue is still served when nothing else is waiting."""
+    cases = stories_expected["cases"]
+    s = Scheduler(sched_engine, queue_size=0).start()
+    prompts = [c["prompt_tokens"] for c in cases]
+    req = s.submit(prompts, [[greedy_gen(tok, p)] for p in prompts])
+    assert texts(drain(req), 5) == [c["greedy_text"] for c in cases]
+    s.stop()
+
+
+def test_scheduler_cancel_pending_and_running(sched_engine, tok):
+    sched_engine.delay = 0.01
+    s = Scheduler(sched_engine, queue_size=8).start()
+    ids = [1, 403, 407]
+    reqs = [s.submit([ids], [[greedy_gen(tok, ids, max_tokens=200, ignore_eos=True)]])
+            for _ in range(4)]
+    assert wait_until(lambda: s.running == 2)
+    assert s.queue_depth == 2
+    for r in reqs:
+        r.cancel()
+    assert wait_until(lambda: s.running == 0 and s.queue_depth == 0 and s._in_system == 0)
+    assert len(sched_engine.kv.free_slots) == 2
+    s.stop()
+
+
+def test_scheduler_errors_and_stop(sched_engine, tok):
+    sched_engine.fail_times = 1
+    s = Scheduler(sched_engine).start()
+    ids = [1, 403]
+    ev = drain(s.submit([ids], [[greedy_gen(tok, ids)]]))
+    assert len(ev) == 1 and isinstance(ev[0].error, EngineFailure)
+    assert texts(drain(s.submit([ids], [[greedy_gen(tok, ids, max_tokens=3)]])), 1)[0]
+    # timeouts while queued: both slots busy with long generations
+    sched_engine.delay = 0.01
+    long = [s.submit([ids], [[greedy_gen(tok, ids, max_tokens=200, ignore_eos=True)]])
+            for _ in range(2)]
+    late = s.submit([ids], [[greedy_gen(tok, ids)]], timeout=0.2)
+    ev = drain(late, 5)
+    assert len(ev) == 1 and isinstance(ev[0].error, RequestTimeout)
+    # stopping fails whatever is left, running or waiting
+    waiting = s.submit([ids], [[greedy_gen(tok, ids)]])
+    s.stop()
+    for r in long + [waiting]:
+        assert isinstance(drain(r, 5)[-1].error, SchedulerStopped)
+    with pytest.raises(SchedulerStopped):
+        s.submit([ids], [[greedy_gen(tok, ids)]])

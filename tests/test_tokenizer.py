@@ -290,3 +290,32 @@ def test_tiny_spm_byte_fallback_and_unk():
     tok = Tokenizer.from_metadata(_base_md())
     assert tok.encode("a", add_special=False) == [0, 3]   # "▁" is not a piece -> <unk>
     assert tok.decode([0, 3]) == "<unk>a" and tok.decode([0, 3], skip_special=True) == "a"
+
+
+# -- the fast paths equal the direct algorithms ------------------------------------------------
+
+def test_merge_heap_equals_naive(spm, qwen):
+    import random
+
+    from reame.tokenizer.pretokenize import byte_encode
+    rng = random.Random(5)
+    alphabet = "abcdefghij XYZ\n\t'.,!?我想在工作🦙é\u0301кир"
+    for _ in range(500):
+        s = "".join(rng.choice(alphabet) for _ in range(rng.randint(2, 80)))
+        w = "▁" + s.replace(" ", "▁")
+        assert spm._model._merge_naive(w) == spm._model._merge_heap(w), s
+        e = byte_encode(s)
+        assert qwen._model._merge_naive(e) == qwen._model._merge_heap(e), s
+
+
+def test_spm_word_split_is_exact():
+    import random
+    md = metadata("llama-spm")
+    split, whole = Tokenizer.from_metadata(md), Tokenizer.from_metadata(md)
+    assert split._model.split_words
+    whole._model.split_words = False
+    rng = random.Random(6)
+    alphabet = "abcdefghij XYZ  \n\t'.,!?我想在工作🦙é\u0301кир"
+    for _ in range(500):
+        s = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 120)))
+        assert split.encode(s) == whole.encode(s), s

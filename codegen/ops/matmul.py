@@ -1,0 +1,130 @@
+"""Float-path matrix product: y[n, M] (+)= x[n, K] @ dequantise(W[M, K])^T, f32 activations.
+
+Families (templates/matmul_{family}.ll.j2):
+  generic  dot-product form, portable 4-lane vectors (any LLVM target)
+  avx2     the same loop nest tuned for 8 lanes and 16 registers
+  avx512   the same loop nest tuned for 16 lanes and 32 registers
+  gemm     outer-product register tile over a packed, dequantised weight panel (prefill)
+
+The dot-product families (tile `rows` x `toks`) dequantise each block of `rows` weight rows once
+and use it for `toks` tokens; they walk tokens in panels that stay in L2. For n < toks (decode)
+they keep one weight-row stream per thread with several accumulators (FACTS.md: several rows per
+iteration is 2.6x slower from DRAM). `gemm` (tile `mr` vectors of rows x `nr` tokens, `kc` deep)
+dequantises a panel of mr*lanes rows x kc into a k-major buffer on the stack and runs an
+outer-product micro-kernel with mr*nr accumulators.
+
+Threads split the M rows into contiguous ranges aligned to the row tile.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from reame.tensor_types import TENSOR_TYPES
+
+from .base import Case, Op, Variant
+
+ALL_TYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K")
+
+# Offsets of the f16 scale fields of each quantised block, with the magnitude that keeps the
+# dequantised values O(1) for random quant bits (test data: random bits + sane scales).
+_SCALES = {
+    "Q8_0": ((0, 1 / 64),),
+    "Q4_0": ((0, 1 / 8),),
+    "Q4_1": ((0, 1 / 8), (2, -1.0)),
+    "Q5_0": ((0, 1 / 16),),
+    "Q5_1": ((0, 1 / 16), (2, -1.0)),
+    "Q4_K": ((0, 1 / 512), (2, 1 / 512)),
+    "Q5_K": ((0, 1 / 1024), (2, 1 / 1024)),
+    "Q6_K": ((208, 1 / 2048),),
+}
+
+
+def random_weights(dtype: str, rows: int, K: int, rng: np.random.Generator) -> np.ndarray:
+    """Raw GGUF bytes uint8 [rows, row_bytes] of a random weight matrix with O(1) values.
+
+    Quantised types: random quant bits and sub-block scales, f16 scales of random sign and
+    magnitude ~ _SCALES (one in 16 blocks gets a subnormal f16 scale). F16: a few subnormals."""
+    tt = TENSOR_TYPES[dtype]
+    if dtype == "F32":
+        return rng.standard_normal((rows, K)).astype(np.float32).view(np.uint8)
+    if dtype == "F16":
+        v = rng.standard_normal((rows, K)).astype(np.float32)
+        v[rng.random((rows, K)) < 0.05] *= 1e-6          # f16 subnormals
+        return v.astype(np.float16).view(np.uint8)
+    if dtype == "BF16":
+        v = rng.standard_normal((rows, K)).astype(np.float32)
+        return (v.view(np.uint32) >> 16).astype(np.uint16).view(np.uint8)
+    nb = rows * (K // tt.block_size)
+    b = rng.integers(0, 256, (nb, tt.type_size), dtype=np.uint8)
+    for off, scale in _SCALES[dtype]:
+        mag = rng.uniform(0.5, 1.5, nb) * abs(scale)
+        sign = np.sign(scale) * np.where(rng.random(nb) < 0.25, -1, 1)
+        d = (sign * mag).astype(np.float16)
+        d[rng.random(nb) < 1 / 16] = np.float16(3e-6) * np.float16(np.sign(scale))   # subnormal
+        b[:, off:off + 2] = d.view(np.uint8).reshape(nb, 2)
+    return b.reshape(rows, -1)
+
+
+def _case(spec, rng, n):
+    M, K = spec.p["M"], spec.p["K"]
+    w = random_weights(spec.dtype, M, K, rng)
+    x = rng.standard_normal((n, K)).astype(np.float32)
+    if spec.p["acc"]:
+        y = rng.standard_normal((n, M)).astype(np.float32)
+    else:
+        y = np.full((n, M), np.nan, np.float32)        # every element must be written
+    bufs = {"w": w, "x": x, "y": y}
+    return Case(bufs, OP.pack(bufs, n=n), ("y",), {"y0": y.copy()})
+
+
+def _reference(spec, case):
+    W = TENSOR_TYPES[spec.dtype].dequantize(case.buffers["w"]).astype(np.float64)
+    out = case.buffers["x"].astype(np.float64) @ W.T
+    if spec.p["acc"]:
+        out += case.meta["y0"]
+    return {"y": out}
+
+
+# Tolerance (rtol, atol) per type. The dequantised weights are bit-identical to gguf's float32
+# dequantisation, so the only error is float32 accumulation in a different order than the
+# float64 reference: about sqrt(K) * 2^-24 * |w||x| per output, i.e. ~1e-5 for the test data
+# (|w|, |x| = O(1), K <= 1024). K-quant test data spans a wider range of magnitudes (and
+# Q4_1/Q5_1 carry an offset m), so their absolute tolerance is larger.
+_TOL = {"F32": (1e-4, 1e-4), "F16": (1e-4, 1e-4), "BF16": (1e-4, 1e-4),
+        "Q8_0": (1e-4, 1e-4), "Q4_0": (1e-4, 1e-4), "Q5_0": (1e-4, 1e-4),
+        "Q4_1": (1e-4, 3e-4), "Q5_1": (1e-4, 3e-4),
+        "Q4_K": (1e-4, 3e-4), "Q5_K": (1e-4, 3e-4), "Q6_K": (1e-4, 3e-4)}
+
+
+def _tolerance(dtype: str) -> tuple[float, float]:
+    return _TOL[dtype]
+
+
+OP = Op(
+    name="matmul",
+    args=("w", "x", "y", "n"),
+    dims=("M", "K", "acc"),
+    variants=(
+        Variant("generic", "generic", ALL_TYPES,
+                ({"vl": 4, "rows": 1, "toks": 4}, {"vl": 4, "rows": 2, "toks": 4}),
+                "dot-product form, portable 4-lane vectors"),
+        Variant("avx2", "avx2", ALL_TYPES,
+                ({"rows": 1, "toks": 4}, {"rows": 2, "toks": 4}),
+                "dot-product form, 8 lanes, 16 registers"),
+        Variant("avx512", "avx512", ALL_TYPES,
+                ({"rows": 1, "toks": 8}, {"rows": 2, "toks": 6}, {"rows": 4, "toks": 4}),
+                "dot-product form, 16 lanes, 32 registers"),
+        Variant("gemm", "avx2", ALL_TYPES,
+                ({"vl": 8, "mr": 2, "nr": 6}, {"vl": 8, "mr": 1, "nr": 12}),
+                "outer-product tile over a packed dequantised panel, 8 lanes (prefill)"),
+        Variant("gemm", "avx512", ALL_TYPES,
+                ({"vl": 16, "mr": 2, "nr": 12}, {"vl": 16, "mr": 3, "nr": 8}),
+                "outer-product tile over a packed dequantised panel, 16 lanes (prefill)"),
+    ),
+    make_case=_case,
+    reference=_reference,
+    tolerance=_tolerance,
+    example_dims={"M": 896, "K": 896, "acc": 0},
+    doc="y[n, M] (+)= x[n, K] @ dequantise(W[M, K])^T with f32 activations (acc=1 adds into y)",
+)

@@ -1,0 +1,70 @@
+"""rope: rotary position embedding of q or k, in place, from a precomputed (cos, sin) table.
+
+args ("x", "pos", "cs", "n"): x f32 [n, H, D] rotated in place; pos i32 [n]; cs f32
+[n_ctx, R/2, 2], cs[p, i] = (cos, sin) of pair i at position p, which the engine fills from
+reame.reference.rope_angles (frequency factors, linear and YaRN scaling and YaRN's magnitude
+scale are folded into the table, so the kernel is exact for all of them).
+dims ("H", "D", "R", "neox"): R <= D rotated dims (the leading ones; the rest stay as they are),
+neox=1 rotates pairs (i, i + R/2) (NeoX/Qwen), neox=0 adjacent pairs (2i, 2i+1) (Llama GGUF).
+Threading: the n*H (token, head) rows are split between threads.
+Tolerance: rtol 1e-6, atol 1e-6 (x0 cos - x1 sin with one fused rounding; a cancellation leaves
+an absolute error of an ulp of |x|).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .base import Case, Op, Variant
+
+
+def _case(spec, rng, n):
+    H, D, R = spec.p["H"], spec.p["D"], spec.p["R"]
+    n_ctx = 64
+    x = rng.standard_normal((n, H, D)).astype(np.float32)
+    pos = rng.integers(0, n_ctx, n).astype(np.int32)
+    half = R // 2
+    inv = 10000.0 ** (-np.arange(half) * 2.0 / R) / rng.uniform(1.0, 2.0, half)
+    th = np.arange(n_ctx)[:, None] * inv[None, :]
+    mscale = 1.1
+    cs = np.stack([np.cos(th) * mscale, np.sin(th) * mscale], axis=-1).astype(np.float32)
+    bufs = {"x": x, "x_in": x.copy(), "pos": pos, "cs": cs}
+    return Case(bufs, OP.pack(bufs, n=n), ("x",))
+
+
+def reference(x, pos, cs, R, neox):
+    """float64 rotation of x [n, H, D] (like reame.reference.apply_rope, table-driven)."""
+    x = x.astype(np.float64)
+    c = cs[pos, :, 0].astype(np.float64)[:, None, :]
+    s = cs[pos, :, 1].astype(np.float64)[:, None, :]
+    out = x.copy()
+    half = R // 2
+    if neox:
+        a, b = x[..., :half], x[..., half:R]
+        out[..., :half], out[..., half:R] = a * c - b * s, a * s + b * c
+    else:
+        a, b = x[..., 0:R:2], x[..., 1:R:2]
+        out[..., 0:R:2], out[..., 1:R:2] = a * c - b * s, a * s + b * c
+    return out
+
+
+def _reference(spec, case):
+    b = case.buffers
+    return {"x": reference(b["x_in"], b["pos"], b["cs"], spec.p["R"], spec.p["neox"])}
+
+
+OP = Op(
+    name="rope",
+    args=("x", "pos", "cs", "n"),
+    dims=("H", "D", "R", "neox"),
+    variants=(
+        Variant("generic", "generic", ("F32",), ({"vl": 4},), "portable: 4 pairs per step"),
+        Variant("simd", "avx2", ("F32",), ({"vl": 8},), "8 pairs per step, FMA"),
+        Variant("simd", "avx512", ("F32",), ({"vl": 16},), "16 pairs per step, FMA"),
+    ),
+    make_case=_case,
+    reference=_reference,
+    tolerance=lambda dtype: (1e-6, 1e-6),
+    example_dims={"H": 14, "D": 64, "R": 64, "neox": 1},
+    doc="rotary embedding of n tokens x H heads x D (first R dims), in place, from a cos/sin table",
+)

@@ -66,7 +66,7 @@ class Shape:
     name: str = ""                # general.name (default: the shape's name)
 
     @property
-    def n_rot(self) -> int:
+    def head_size(self) -> int:
         return self.head_dim or self.n_embd // self.n_head
 
 
@@ -174,7 +174,7 @@ def _f32(x: float) -> float:
 def model_config(shape: Shape, n_vocab: int) -> ModelConfig:
     """The ModelConfig Reame should read back from a file written for `shape`."""
     traits = ARCHITECTURES.get(shape.arch, ARCHITECTURES["llama"])
-    head_dim = shape.n_rot
+    head_dim = shape.head_size
     return ModelConfig(
         arch=shape.arch, name=shape.name, n_vocab=n_vocab, n_embd=shape.n_embd,
         n_layer=shape.n_layer, n_head=shape.n_head, n_head_kv=shape.n_head_kv,
@@ -464,11 +464,11 @@ def write_model(path: str | os.PathLike, shape: str | Shape = "tiny-llama", mix:
         Keys.Attention.HEAD_COUNT_KV.format(arch=a): s.n_head_kv,
         Keys.Attention.LAYERNORM_RMS_EPS.format(arch=a): s.rms_eps,
         Keys.Rope.FREQ_BASE.format(arch=a): s.rope_theta,
-        Keys.Rope.DIMENSION_COUNT.format(arch=a): s.n_rot,
+        Keys.Rope.DIMENSION_COUNT.format(arch=a): s.head_size,
     }
     if s.head_dim is not None or a == "qwen3":
-        kv[Keys.Attention.KEY_LENGTH.format(arch=a)] = s.n_rot
-        kv[Keys.Attention.VALUE_LENGTH.format(arch=a)] = s.n_rot
+        kv[Keys.Attention.KEY_LENGTH.format(arch=a)] = s.head_size
+        kv[Keys.Attention.VALUE_LENGTH.format(arch=a)] = s.head_size
     if s.rope_scaling != "none":
         kv[Keys.Rope.SCALING_TYPE.format(arch=a)] = s.rope_scaling
         kv[Keys.Rope.SCALING_FACTOR.format(arch=a)] = s.rope_scaling_factor

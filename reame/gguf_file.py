@@ -4,8 +4,9 @@ The header is parsed with `struct` rather than `gguf.GGUFReader`: the reader bui
 per field part, which costs ~7 s on a 150k-token vocabulary (measured on
 ggml-vocab-qwen2.gguf) where this parser takes a fraction of a second. Tensor data stays
 zero-copy: each tensor is a view into one read-only `numpy.memmap` of the file. The format and
-the type enums are gguf's own (`gguf.GGMLQuantizationType`, `GGML_QUANT_SIZES`); a test checks
-this parser against `GGUFReader` on every GGUF in ../shared.
+the type enums are gguf's own (`gguf.GGMLQuantizationType`, `GGML_QUANT_SIZES`);
+tests/test_model_errors.py checks this parser against `GGUFReader` on stories260K, a vocabulary
+GGUF and synthetic models (all of ../shared would take ~40 s of GGUFReader time).
 """
 
 from __future__ import annotations

@@ -117,6 +117,10 @@ OP = Op(
     variants=(
         Variant("generic", "generic", LEGACY, ({"nt": 1}, {"nt": 4}),
                 "portable vector IR: sext i8 -> i32, mul, reduce add; " + _TOKENS_DOC),
+        Variant("vnni", "avx512_vnni", LEGACY,
+                ({"nt": 1, "u": 2}, {"nt": 1, "u": 4}, {"nt": 4, "u": 1}, {"nt": 8, "u": 1}),
+                "AVX-512 VNNI: two blocks per vpdpbusd, zero points folded into the accumulator; "
+                + _TOKENS_DOC + ", u = block pairs per loop step"),
     ) + K_VARIANTS,
     make_case=_case,
     reference=_reference,

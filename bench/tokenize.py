@@ -71,7 +71,8 @@ def english(seed: int = 1) -> str:
 # real text repeats its words far more).
 SCRIPTS = [
     ("".join(chr(c) for c in range(0x4E00, 0x4E00 + 3000)), (2, 40), ""),      # CJK runs
-    ("".join(chr(c) for c in range(0x3041, 0x3097)) + "".join(chr(c) for c in range(0x30A1, 0x30FB)),
+    ("".join(chr(c) for c in range(0x3041, 0x3097))
+     + "".join(chr(c) for c in range(0x30A1, 0x30FB)),
      (2, 12), ""),                                                              # kana
     ("абвгдеёжзийклмнопрстуфхцчшщъыьэюя", (2, 12), " "),                         # Cyrillic
     ("ابتثجحخدذرزسشصضطظعغفقكلمنهوي", (2, 9), " "),                               # Arabic
@@ -157,8 +158,8 @@ def main() -> int:
         print("llama-cpp-python is not installed: the llama.cpp column is skipped "
               "(pip install llama-cpp-python to compare)")
 
-    results = {"machine": platform.processor() or platform.machine(), "python": sys.version.split()[0],
-               "cpus": os.cpu_count(), "corpus_chars": SIZE,
+    results = {"machine": platform.processor() or platform.machine(),
+               "python": sys.version.split()[0], "cpus": os.cpu_count(), "corpus_chars": SIZE,
                "prefill_tok_s": PREFILL_TOK_S, "prompt_tokens": PROMPT_TOKENS,
                "budget_s": PROMPT_TOKENS / PREFILL_TOK_S * BUDGET_FRACTION, "vocabs": {}}
     print(f"{'vocab':<11}{'corpus':<9}{'tokens':>8}{'cold tok/s':>13}{'warm tok/s':>13}"

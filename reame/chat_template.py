@@ -59,7 +59,8 @@ class _RaisedByTemplate(Exception):
 
 
 class _GenerationTag(Extension):
-    """`{% generation %}...{% endgeneration %}` (transformers' AssistantTracker): renders its body."""
+    """`{% generation %}...{% endgeneration %}` (transformers' AssistantTracker): renders the
+    body as is."""
     tags = {"generation"}
 
     def parse(self, parser):

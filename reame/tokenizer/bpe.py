@@ -37,7 +37,7 @@ class BPE:
                 p = m.find(" ", 1)
                 keys.append(m[:p] + "\x00" + m[p + 1:] if p > 0 else m + "\x00")
         self.ranks: dict[str, int] = dict(zip(keys, range(n)))
-        if len(self.ranks) != n:             # duplicates: the first occurrence wins, as in llama.cpp
+        if len(self.ranks) != n:     # duplicate merges: the first one wins, as in llama.cpp
             self.ranks = {}
             for i, k in enumerate(keys):
                 self.ranks.setdefault(k, i)

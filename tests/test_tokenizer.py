@@ -240,7 +240,10 @@ from hypothesis import strategies as st  # noqa: E402
 def test_round_trip_random_text(s):
     for name in ("qwen2", "llama-spm"):
         tok = _TOKS.get(name) or _TOKS.setdefault(name, Tokenizer.from_metadata(metadata(name)))
-        assert tok.decode(tok.encode(s, add_special=False)) == _expected(s)
+        expected = _expected(s)
+        if tok.kind == "spm":            # a literal "▁" is an escaped space there (documented)
+            expected = expected.replace("▁", " ")
+        assert tok.decode(tok.encode(s, add_special=False)) == expected
 
 
 _TOKS: dict[str, Tokenizer] = {}

@@ -33,12 +33,13 @@ from pathlib import Path
 from typing import Any, Iterable
 
 import numpy as np
-from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType, GGUFWriter, Keys, LlamaFileType
+from gguf import (GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType, GGUFWriter, Keys,
+                  LlamaFileType)
 from gguf import quants
 
 from reame.config import ARCHITECTURES, ModelConfig, expected_tensors
 
-SYNTH_VERSION = 1          # part of the cache file name: bump when the output of a given call changes
+SYNTH_VERSION = 1          # in the cache file names: bump when a call's output changes
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -48,7 +49,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 @dataclass(frozen=True)
 class Shape:
-    arch: str                     # general.architecture: llama | qwen2 | qwen3 (others: error tests)
+    arch: str                     # general.architecture: llama | qwen2 | qwen3 (others: errors)
     n_embd: int
     n_layer: int
     n_head: int
@@ -92,11 +93,13 @@ SHAPES: dict[str, Shape] = {
 # Mixes: which type each tensor gets
 # --------------------------------------------------------------------------------------------
 
-SINGLE_TYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K")
+SINGLE_TYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1",
+                "Q4_K", "Q5_K", "Q6_K")
 MIXES: tuple[str, ...] = SINGLE_TYPES + ("Q4_K_M",)
 
 FILE_TYPES = {
-    "F32": LlamaFileType.ALL_F32, "F16": LlamaFileType.MOSTLY_F16, "BF16": LlamaFileType.MOSTLY_BF16,
+    "F32": LlamaFileType.ALL_F32, "F16": LlamaFileType.MOSTLY_F16,
+    "BF16": LlamaFileType.MOSTLY_BF16,
     "Q8_0": LlamaFileType.MOSTLY_Q8_0, "Q4_0": LlamaFileType.MOSTLY_Q4_0,
     "Q4_1": LlamaFileType.MOSTLY_Q4_1, "Q5_0": LlamaFileType.MOSTLY_Q5_0,
     "Q5_1": LlamaFileType.MOSTLY_Q5_1, "Q4_K": LlamaFileType.MOSTLY_Q4_K_S,
@@ -194,7 +197,8 @@ def plan_model(shape: Shape, mix: str, n_vocab: int, drop_tensors: Iterable[str]
     tensors = expected_tensors(c)
     order = (["token_embd.weight"] + [n for n in tensors if n.startswith("blk.")]
              + [n for n in tensors if not n.startswith("blk.") and n != "token_embd.weight"])
-    drop, shape_overrides, type_overrides = set(drop_tensors), shape_overrides or {}, type_overrides or {}
+    drop = set(drop_tensors)
+    shape_overrides, type_overrides = shape_overrides or {}, type_overrides or {}
     unknown = (drop | set(shape_overrides) | set(type_overrides)) - set(tensors)
     if unknown:
         raise ValueError(f"no such tensor in a {shape.arch} model: {sorted(unknown)}")
@@ -290,7 +294,8 @@ def tensor_data(p: TensorPlan, seed: int) -> np.ndarray:
             if p.mean:
                 x += np.float32(p.mean)
             q = quants.quantize(x, qtype)
-            out[r0 * row_bytes:(r0 + r) * row_bytes] = np.ascontiguousarray(q).view(np.uint8).reshape(-1)
+            q = np.ascontiguousarray(q).view(np.uint8).reshape(-1)
+            out[r0 * row_bytes:(r0 + r) * row_bytes] = q
     else:                                     # a type Reame does not run (error tests): any bytes
         out = np.frombuffer(rng.bytes(p.nbytes), dtype=np.uint8).copy()
     assert out.nbytes == p.nbytes, (p.name, out.nbytes, p.nbytes)
@@ -317,7 +322,8 @@ def check_data(p: TensorPlan, data: np.ndarray, rows: int = 64) -> None:
 # Metadata
 # --------------------------------------------------------------------------------------------
 
-VOCAB_FILES = {"stories": "models/stories260K.gguf"}   # others: testdata/vocab/ggml-vocab-{name}.gguf
+# others: testdata/vocab/ggml-vocab-{name}.gguf
+VOCAB_FILES = {"stories": "models/stories260K.gguf"}
 
 
 def shared_dir() -> Path:

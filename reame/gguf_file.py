@@ -164,7 +164,8 @@ class GGUFFile:
             infos.append((name, dims, cur.u32(), cur.u64()))
 
         align = self.metadata.get("general.alignment", DEFAULT_ALIGNMENT)
-        if not isinstance(align, int) or isinstance(align, bool) or align <= 0 or align & (align - 1):
+        if (not isinstance(align, int) or isinstance(align, bool)
+                or align <= 0 or align & (align - 1)):
             raise ModelError(self.path, f"invalid general.alignment {align!r:.40} "
                                         "(must be a power of two)")
         data_start = (cur.pos + align - 1) // align * align
@@ -179,8 +180,9 @@ class GGUFFile:
                 raise ModelError(self.path, f"tensor {name!r} has type {tname}, which Reame does "
                                             "not support (supported: F32, F16, BF16, Q8_0, Q4_0, "
                                             "Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K)")
-            if (dims or (1,))[0] % ttype.block_size:
-                raise ModelError(self.path, f"tensor {name!r}: row length {(dims or (1,))[0]} is not a "
+            row = dims[0] if dims else 1
+            if row % ttype.block_size:
+                raise ModelError(self.path, f"tensor {name!r}: row length {row} is not a "
                                             f"multiple of the {ttype.name} block ({ttype.block_size})")
             n_el = int(np.prod(dims, dtype=np.int64)) if dims else 1
             nbytes = n_el // ttype.block_size * ttype.type_size

@@ -141,7 +141,8 @@ def test_missing_tensor(tmp_path, shape, mix, drop):
     ("blk.1.ffn_down.weight", (352, 256, 1), "expected [352, 256]"),
     ("output.weight", (256, 511), "has shape [256, 511], expected [256, 512]"),
     ("blk.0.attn_norm.weight", (128,), "has shape [128], expected [256]"),
-    ("token_embd.weight", (128, 512), "token_embd.weight has shape [128, 512], expected [256, 512]"),
+    ("token_embd.weight", (128, 512), "token_embd.weight has shape [128, 512], "
+                                      "expected [256, 512]"),
     ("token_embd.weight", (256 * 512,), "token_embd.weight has shape [131072], expected 2"),
 ])
 def test_wrong_shape(tmp_path, name, shape, expect):
@@ -153,7 +154,8 @@ def test_wrong_shape(tmp_path, name, shape, expect):
 def test_quantised_norm(tmp_path):
     p = write_model(tmp_path / "m.gguf", "tiny-llama", "Q8_0", vocab="none",
                     type_overrides={"blk.0.ffn_norm.weight": "Q8_0"})
-    assert "blk.0.ffn_norm.weight is Q8_0; norms and biases must be F32, F16 or BF16" in load_error(p)
+    assert ("blk.0.ffn_norm.weight is Q8_0; norms and biases must be F32, F16 or BF16"
+            in load_error(p))
 
 
 def test_row_not_a_multiple_of_the_block(tmp_path):

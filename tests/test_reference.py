@@ -54,7 +54,8 @@ PROMPTS = [[1, 403, 407], [1, 261, 378, 432, 383, 286], [1, 13, 438, 310, 439, 4
 
 def _prefill_all(engine, prompts):
     """Prefill each prompt into slot i; returns each one's greedy next token."""
-    return [int(np.argmax(engine.forward(Batch.prefill(p, 0, i))[0])) for i, p in enumerate(prompts)]
+    return [int(np.argmax(engine.forward(Batch.prefill(p, 0, i))[0]))
+            for i, p in enumerate(prompts)]
 
 
 def test_batched_decode_equals_single(stories_model):
@@ -159,7 +160,8 @@ def rope_direct(x: np.ndarray, pos: int, theta: float, n_rot: int, neox: bool, f
 
 ROPE_CASES = {                   # name: (shape, overrides, neox, factor)
     "llama-normal": ("tiny-llama", {}, False, 1.0),
-    "llama-linear4": ("tiny-llama", {"rope_scaling": "linear", "rope_scaling_factor": 4.0}, False, 4.0),
+    "llama-linear4": ("tiny-llama", {"rope_scaling": "linear", "rope_scaling_factor": 4.0},
+                      False, 4.0),
     "qwen2-neox": ("tiny-qwen2", {}, True, 1.0),
     "qwen3-neox-linear2": ("tiny-qwen3", {"rope_scaling": "linear", "rope_scaling_factor": 2.0},
                            True, 2.0),
@@ -214,7 +216,8 @@ def forward_direct(model, tokens: list[int]) -> np.ndarray:
             h = norm(xt, w[p + "attn_norm.weight"])
             q, k, v = (w[p + f"attn_{n}.weight"] @ h for n in "qkv")
             if c.qkv_bias:
-                q, k, v = q + w[p + "attn_q.bias"], k + w[p + "attn_k.bias"], v + w[p + "attn_v.bias"]
+                q, k, v = (q + w[p + "attn_q.bias"], k + w[p + "attn_k.bias"],
+                           v + w[p + "attn_v.bias"])
             q, k = q.reshape(c.n_head, c.head_dim), k.reshape(c.n_head_kv, c.head_dim)
             if c.qk_norm:
                 q = np.stack([norm(r, w[p + "attn_q_norm.weight"]) for r in q])
@@ -235,7 +238,8 @@ def forward_direct(model, tokens: list[int]) -> np.ndarray:
         for i, xt in enumerate(x):
             h = norm(xt, w[p + "ffn_norm.weight"])
             g = w[p + "ffn_gate.weight"] @ h
-            x[i] = xt + w[p + "ffn_down.weight"] @ (g / (1 + np.exp(-g)) * (w[p + "ffn_up.weight"] @ h))
+            u = w[p + "ffn_up.weight"] @ h
+            x[i] = xt + w[p + "ffn_down.weight"] @ (g / (1 + np.exp(-g)) * u)
     head = w["token_embd.weight"] if c.tied_embeddings else w["output.weight"]
     return head @ norm(x[-1], w["output_norm.weight"])
 

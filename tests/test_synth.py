@@ -1,4 +1,4 @@
-"""bench/synth.py: every shape x mix loads, dequantises to sane values and runs the reference engine."""
+"""bench/synth.py: every shape x mix loads, dequantises sanely and runs the reference engine."""
 
 from __future__ import annotations
 
@@ -81,7 +81,8 @@ def test_deterministic_from_seed(tmp_path, stories_vocab):
     c = write_model(tmp_path / "c.gguf", "tiny-qwen2", "Q4_K_M", seed=4)
     assert a.read_bytes() == b.read_bytes()
     ta, tc = GGUFFile(a).tensors, GGUFFile(c).tensors
-    assert all(not np.array_equal(ta[n].data, tc[n].data) for n in ta if n.endswith("attn_q.weight"))
+    assert all(not np.array_equal(ta[n].data, tc[n].data)
+               for n in ta if n.endswith("attn_q.weight"))
 
 
 def test_cache_reuses_file(tmp_path, stories_vocab):
@@ -126,7 +127,7 @@ def test_q4_k_m_follows_llama_cpp():
     q = {p.name: p for p in qw}
     assert sum(p.n_elements for p in qw) == 494_032_768                # Qwen2.5-0.5B
     assert "output.weight" not in q                                     # tied embeddings
-    assert q["token_embd.weight"].type == "Q8_0"                        # 896 % 256: llama.cpp's Q8_0
+    assert q["token_embd.weight"].type == "Q8_0"            # 896 % 256: llama.cpp's output rule
     assert q["blk.0.attn_q.weight"].type == "Q5_0" and q["blk.0.attn_q.weight"].fallback
     assert q["blk.0.attn_q.bias"].type == "F32"
     assert count(qw, "ffn_down.weight", "Q6_K") == 12 and count(qw, "ffn_down.weight", "Q4_K") == 12
@@ -148,7 +149,8 @@ def test_tokenizer_metadata_types(tmp_path):
         else:
             assert np.array_equal(np.asarray(a.contents()), np.asarray(b.contents())), k
     assert dst.fields["tokenizer.ggml.scores"].types == [GGUFValueType.ARRAY, GGUFValueType.FLOAT32]
-    assert dst.fields["tokenizer.ggml.token_type"].types == [GGUFValueType.ARRAY, GGUFValueType.INT32]
+    assert dst.fields["tokenizer.ggml.token_type"].types == [GGUFValueType.ARRAY,
+                                                             GGUFValueType.INT32]
     assert dst.fields["tokenizer.ggml.bos_token_id"].types == [GGUFValueType.UINT32]
     assert dst.fields["tokenizer.ggml.add_bos_token"].types == [GGUFValueType.BOOL]
     assert load_model(path).config.n_vocab == 32000
@@ -186,7 +188,8 @@ def test_unknown_names(tmp_path):
 
 def test_command_line(tmp_path, stories_vocab, capsys):
     out = tmp_path / "cli.gguf"
-    assert main(["--shape", "tiny-qwen3", "--mix", "Q6_K", "--set", "n_layer=1", "-o", str(out)]) == 0
+    assert main(["--shape", "tiny-qwen3", "--mix", "Q6_K", "--set", "n_layer=1",
+                 "-o", str(out)]) == 0
     text = capsys.readouterr().out
     assert str(out) in text and "Q6_K" in text and "fallbacks" in text
     assert load_model(out).config.n_layer == 1

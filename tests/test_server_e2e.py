@@ -48,6 +48,7 @@ class ReameServer:
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = Path(log_dir or "/tmp") / f"reame-serve-{self.port}.log"
         self._log = open(self.log_path, "wb")
+        self._clients = []
         cmd = cmd or [sys.executable, "-m", "reame", "serve", str(model), "--host", "127.0.0.1",
                       "--port", str(self.port), *args]
         self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT,
@@ -67,7 +68,8 @@ class ReameServer:
             time.sleep(0.1)
 
     def log(self) -> str:
-        self._log.flush()
+        if not self._log.closed:
+            self._log.flush()
         return self.log_path.read_text(errors="replace")[-5000:]
 
     def metrics(self, headers=None) -> dict:
@@ -84,9 +86,13 @@ class ReameServer:
         kw.setdefault("api_key", "none")
         kw.setdefault("max_retries", 0)
         kw.setdefault("timeout", 60)
-        return openai.OpenAI(base_url=self.url + "/v1", **kw)
+        c = openai.OpenAI(base_url=self.url + "/v1", **kw)
+        self._clients.append(c)
+        return c
 
     def stop(self):
+        for c in self._clients:             # idle keep-alive connections delay the shutdown
+            c.close()
         if self.proc.poll() is None:
             self.proc.terminate()
             try:

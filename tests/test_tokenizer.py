@@ -325,3 +325,13 @@ def test_spm_word_split_is_exact():
     for _ in range(500):
         s = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 120)))
         assert split.encode(s) == whole.encode(s), s
+
+
+def test_user_defined_eog_token_needs_parse_special(phi3):
+    # Phi-3's "</s>" is user-defined, and llama.cpp makes it control as an end-of-generation
+    # token: then it is matched only with parse_special, like any control token
+    s_id = phi3.token_to_id("</s>")
+    assert phi3.is_special(s_id) and s_id in phi3.eog_ids
+    assert s_id not in phi3.encode("a</s>b")
+    assert s_id in phi3.encode("a</s>b", parse_special=True)
+    assert phi3.decode(phi3.encode("a</s>b"), skip_special=True) == "a</s>b"

@@ -28,8 +28,7 @@ from .bpe import BPE
 from .detokenize import piece_bytes
 from .pretokenize import SUPPORTED, pre_tokenizer
 from .spm import SPM
-from .vocab import (ATTR_CONTROL, ATTR_LSTRIP, ATTR_RSTRIP, ATTR_UNKNOWN, ATTR_USER_DEFINED,
-                    Vocab, load_vocab)
+from .vocab import ATTR_CONTROL, ATTR_LSTRIP, ATTR_RSTRIP, ATTR_UNKNOWN, Vocab, load_vocab
 
 _SURROGATES = regex.compile("[\ud800-\udfff]")
 _ASCII_SPACE = " \t\n\v\f\r"
@@ -207,8 +206,8 @@ class Tokenizer:
         frags: list[str | int] = [text]
         for tok_text, tid in self._special_texts:
             a = attrs[tid]
-            if not parse_special and not a & ATTR_USER_DEFINED:
-                continue
+            if not parse_special and a & (ATTR_CONTROL | ATTR_UNKNOWN):
+                continue    # a user-defined token that is also control (an EOG) is not matched
             if not any(isinstance(f, str) and tok_text in f for f in frags):
                 continue
             new: list[str | int] = []

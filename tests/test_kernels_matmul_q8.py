@@ -1,0 +1,116 @@
+"""matmul_q8 for the legacy types (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1) against dequant(W) @ dequant(xq)^T
+in float64: every variant x tile at the native, avx2 and generic levels, ragged M (not a multiple
+of anything, fewer rows than threads), K with odd block counts (loop, left-over pairs and a lone
+block), token counts that leave partial tiles, acc 0/1, 1/2/3 threads."""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pytest
+
+from reame.codegen.isa import detect
+from reame.codegen.kernels import build
+from reame.codegen.ops import matmul_q8 as mq
+from reame.codegen.registry import get_op
+
+OP = get_op("matmul_q8")
+TYPES = ("Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1")
+LEVELS = ("native", "avx2", "generic")
+# (M, K, acc): K/32 = 7 (a loop step, a left-over pair and a lone block for u=2), 33, 1
+DIMS = ((37, 224, 0), (13, 1056, 1), (2, 32, 1))
+NS = (1, 5, 10)                 # partial tiles for nt = 4 and nt = 8
+THREADS = (1, 2, 3)
+
+
+def _isa(level):
+    isa = detect()
+    return isa if level == "native" else isa.at(level)
+
+
+def _params():
+    out = []
+    for dtype in TYPES:
+        for M, K, acc in DIMS:
+            for level in LEVELS:
+                isa = _isa(level)
+                for spec in OP.specs(dtype, isa, M=M, K=K, acc=acc):
+                    tiles = ",".join(f"{k}{v}" for k, v in spec.p.items() if k not in ("M", "K", "acc"))
+                    out.append(pytest.param(spec, isa, id=f"{dtype}-M{M}K{K}a{acc}-{level}-{spec.family}-{tiles}"))
+    return out
+
+
+@functools.lru_cache(maxsize=None)
+def _case(dtype, M, K, acc, n):
+    """One random case and its expected output per (type, dims, n), shared by every kernel."""
+    spec = OP.specs(dtype, _isa("generic"), M=M, K=K, acc=acc)[0]
+    case = OP.make_case(spec, np.random.default_rng([M, K, acc, n, TYPES.index(dtype)]), n)
+    return case, OP.reference(spec, case)["y"]
+
+
+@pytest.mark.parametrize("spec,isa", _params())
+def test_matches_reference(spec, isa):
+    k = build(spec, isa)
+    M, K, acc = spec.p["M"], spec.p["K"], spec.p["acc"]
+    rtol, atol = OP.tolerance(spec.dtype)
+    for n in NS:
+        case, want = _case(spec.dtype, M, K, acc, n)
+        y = case.buffers["y"]
+        for nth in THREADS:
+            y[...] = case.meta["y0"]                    # acc=0 starts from NaN: all overwritten
+            k.run_threads(case.args, nth)
+            np.testing.assert_allclose(y, want, rtol=rtol, atol=atol,
+                                       err_msg=f"{spec.label()} n={n} nth={nth}")
+
+
+def test_tolerance_catches_one_wrong_block():
+    """The tolerance is tight: zeroing one of the 128 blocks of a row is outside it."""
+    isa = detect()
+    spec = OP.specs("Q8_0", isa, M=8, K=4096, acc=0)[-1]
+    case = OP.make_case(spec, np.random.default_rng(1), 2)
+    want = OP.reference(spec, case)["y"]
+    build(spec, isa).run_threads(case.args, 1)
+    rtol, atol = OP.tolerance("Q8_0")
+    np.testing.assert_allclose(case.buffers["y"], want, rtol=rtol, atol=atol)
+    w = case.buffers["w"]
+    w[3, 34 * 17:34 * 17 + 2] = 0                       # d = 0 for block 17 of row 3
+    bad = OP.reference(spec, case)["y"]
+    err = np.abs(bad - want) / (atol + rtol * np.abs(want))
+    assert err[:, 3].min() > 2 and err[:, [0, 1, 2, 4]].max() == 0
+
+
+@pytest.mark.parametrize("level", LEVELS)
+@pytest.mark.parametrize("dtype", ("Q4_1", "Q8_0"))
+def test_f16_scale_edge_values(level, dtype):
+    """Subnormal, zero, negative-zero and large f16 scales and mins (the generic level converts
+    f16 with integer ops: x86 without F16C has no usable fpext half)."""
+    isa = _isa(level)
+    M, K = 6, 256
+    spec = [s for s in OP.specs(dtype, isa, M=M, K=K, acc=0) if s.family != "generic"
+            or level == "generic"][0]
+    rng = np.random.default_rng(5)
+    case = OP.make_case(spec, rng, 3)
+    w = case.buffers["w"]
+    bb = 20 if dtype == "Q4_1" else 34
+    edge = np.array([6e-8, -6e-8, 3e-5, 0.0, -0.0, 1000.0, -2.0 ** -14, 0.5], np.float16)
+    fields = (0, 2) if dtype == "Q4_1" else (0,)
+    for r in range(M):
+        for b in range(K // 32):
+            for f in fields:
+                w[r, b * bb + f:b * bb + f + 2] = edge[rng.integers(len(edge)):][:1].view(np.uint8)
+    want = OP.reference(spec, case)["y"]
+    build(spec, isa).run_threads(case.args, 2)
+    rtol, atol = OP.tolerance(dtype)
+    np.testing.assert_allclose(case.buffers["y"], want, rtol=rtol, atol=atol * 1000)
+
+
+def test_registry_and_hook():
+    assert set(TYPES) <= set(OP.dtypes())
+    assert OP.args == ("w", "xq", "y", "n") and OP.dims == ("M", "K", "acc")
+    fams = {v.family for v in OP.variants if set(v.dtypes) & set(TYPES)}
+    assert {"generic", "avx2", "vnni"} <= fams
+    for v in OP.variants:
+        if set(v.dtypes) & set(TYPES):
+            assert len(v.tiles) >= 2
+    assert all(v in OP.variants for v in mq.K_VARIANTS)

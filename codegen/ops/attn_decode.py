@@ -83,7 +83,7 @@ OP = Op(
         Variant("generic", "generic", ("F32",), ({"vl": 4, "kb": 4},),
                 "portable: 4 keys per score vector, 16-key blocks"),
         Variant("simd", "avx2", ("F32",), ({"vl": 8, "kb": 2}, {"vl": 8, "kb": 4}), SIMD),
-        Variant("simd", "avx512", ("F32",), ({"vl": 16, "kb": 1}, {"vl": 16, "kb": 2}), SIMD),
+        Variant("simd", "avx512", ("F32",), ({"vl": 16, "kb": 2}, {"vl": 16, "kb": 4}), SIMD),
     ),
     make_case=_case,
     reference=_reference,

@@ -38,6 +38,12 @@ KERNEL_CFUNC = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int32, ctypes.c_
 # gives the same speed as running LLVM's O2/O3 IR pipeline first, and compiles twice as fast.
 DEFAULT_IR_OPT = 0
 DEFAULT_BACKEND_OPT = 3
+# Relocation model of the emitted objects. Not "pic": with the JIT's large code model, PIC code
+# reaches external symbols (libm calls such as fmaf/expf) through R_X86_64_GOT64/GOTPC64
+# relocations that MCJIT's RuntimeDyld resolves wrongly once several objects are loaded (the
+# second kernel calling fmaf jumped to garbage). "static" uses absolute 64-bit addresses that
+# RuntimeDyld patches when the object is loaded, so cached objects stay relocatable.
+RELOC = "static"
 
 
 def default_cache_dir() -> Path | None:
@@ -75,7 +81,7 @@ class Compiler:
             target = llvm.Target.from_default_triple()
             self.tm = target.create_target_machine(cpu=isa.cpu_name, features=isa.features,
                                                    opt=backend_opt, codemodel="jitdefault",
-                                                   reloc="pic")
+                                                   reloc=RELOC)
             empty = llvm.parse_assembly("")
             empty.triple = self.tm.triple
             self.engine = llvm.create_mcjit_compiler(empty, self.tm)
@@ -111,7 +117,7 @@ class Compiler:
     def cache_key(self, ir: str) -> str:
         h = hashlib.sha256()
         for part in (ir, self.isa.cpu_name, self.isa.features, self.tm.triple,
-                     f"ir{self.ir_opt}/be{self.backend_opt}", llvmlite.__version__,
+                     f"ir{self.ir_opt}/be{self.backend_opt}/{RELOC}", llvmlite.__version__,
                      ".".join(map(str, llvm.llvm_version_info))):
             h.update(part.encode())
             h.update(b"\0")

@@ -12,14 +12,17 @@ Families (templates/matmul_q8_<family>.ll.j2, skeleton in matmul_q8_k_common.ll.
     kgeneric  portable vector IR (zext/sext, mul, reduce add), any LLVM target
     kavx2     AVX2: vpmaddubsw + vpmaddwd, sub-block scales folded into vpmaddwd
     kvnni     AVX-512 VNNI: vpdpbusd on 512-bit registers (u8 weights x s8 activations)
-Tiles: nt = tokens per weight pass (a row is unpacked once per nt tokens), unroll =
-superblocks per loop iteration. Layouts and measured figures: docs/kernels-kquants.md.
+Tiles: nt = tokens per weight pass (a row is unpacked once per nt tokens), u = superblocks
+per loop iteration. Layouts and measured figures: docs/kernels-kquants.md.
 
-Also here, for the op module and the tests: `random_weights` (valid random K-quant blocks; gguf
-cannot quantise K types), `make_case`, `reference` and `TOLERANCE`.
+Hooks read by matmul_q8.py: VARIANTS, RANDOM_WEIGHTS (valid random K-quant blocks: gguf cannot
+quantise K types) and TOLERANCE. Also `make_case` / `reference` for tests that build specs
+directly (the same data distribution as matmul_q8's cases: |y| ~ 1 for any K).
 """
 
 from __future__ import annotations
+
+import functools
 
 import numpy as np
 
@@ -33,44 +36,58 @@ ARGS = ("w", "xq", "y", "n")
 
 VARIANTS: tuple[Variant, ...] = (
     Variant("kgeneric", "generic", K_TYPES,
-            ({"nt": 1, "unroll": 1}, {"nt": 4, "unroll": 1}),
+            ({"nt": 1, "u": 1}, {"nt": 4, "u": 1}),
             "portable: 32-lane sext/mul/reduce per 32-block, 8-lane float scaling"),
     Variant("kavx2", "avx2", K_TYPES,
-            ({"nt": 1, "unroll": 2}, {"nt": 4, "unroll": 1}),
+            ({"nt": 1, "u": 2}, {"nt": 4, "u": 1}),
             "AVX2 vpmaddubsw/vpmaddwd, sub-block scales in vpmaddwd, one 32-block per ymm"),
     Variant("kvnni", "avx512_vnni", K_TYPES,
-            ({"nt": 1, "unroll": 1}, {"nt": 1, "unroll": 2}, {"nt": 4, "unroll": 1}),
+            ({"nt": 1, "u": 1}, {"nt": 1, "u": 2}, {"nt": 4, "u": 1}),
             "AVX-512 VNNI vpdpbusd, two 32-blocks per zmm"),
 )
 
-# (rtol, atol) against the float64 reference, for data drawn as `make_case` does (weights from
-# `random_weights`, activations ~ N(0, 1) quantised to Q8A, K <= a few thousand). The kernels
-# sum exact integer dots per 32-block (16-group for Q6_K) and accumulate the scaled block sums
-# in float32; atol covers the float32 rounding of sums whose terms reach |y| ~ 10-100.
-TOLERANCE = {"Q4_K": (1e-4, 2e-3), "Q5_K": (1e-4, 2e-3), "Q6_K": (1e-4, 2e-3)}
+# magnitude of the f16 d for weights of about unit size (quant range x sub-block scale range)
+D_SCALE = {"Q4_K": 1 / 256, "Q5_K": 1 / 512, "Q6_K": 1 / 2048}
+
+# (rtol, atol) against the float64 reference for data of about unit size (make_case, and
+# matmul_q8's cases with RANDOM_WEIGHTS): integer dots per 32-block (16-group for Q6_K) are
+# exact, the error is float32 rounding of the per-block scales and of the sums over blocks
+# (and, Q4_K/Q5_K, of the separate min term). Tightness: tests/test_kernels_matmul_q8k.py.
+TOLERANCE = {"Q4_K": (1e-5, 2e-5), "Q5_K": (1e-5, 2e-5), "Q6_K": (1e-5, 2e-5)}
 
 
 def random_weights(dtype: str, rng: np.random.Generator, M: int, K: int) -> np.ndarray:
-    """Random, valid K-quant weights uint8 [M, K/256 * block bytes]: random quant bits and
-    6-bit scales/mins (every bit pattern of the packing is exercised), finite positive f16
-    d/dmin sized so weights are O(0.1-1); Q6_K: random int8 scales of either sign. A few
-    superblocks get a subnormal f16 d (the f16 conversion must handle them)."""
+    """Random, valid K-quant weights uint8 [M, K/256 * block bytes] of about unit size: random
+    quant bits and 6-bit scales/mins (every bit of the packing is exercised), positive f16 d
+    (2% of superblocks get a subnormal d: the f16 conversion must handle them) and dmin;
+    Q6_K: random int8 scales of either sign."""
     assert K % 256 == 0, "K-quant rows are whole 256-superblocks"
     tt = TENSOR_TYPES[dtype]
     nb = M * K // 256
     b = np.frombuffer(rng.bytes(nb * tt.type_size), np.uint8).reshape(nb, tt.type_size).copy()
+    d = (rng.uniform(0.5, 1.5, nb) * D_SCALE[dtype]).astype(np.float16)
+    d[rng.random(nb) < 0.02] = np.float16(3e-5)          # subnormal f16
     if dtype == "Q6_K":                                  # ql[128] qh[64] sc int8[16] d f16
-        d = (rng.uniform(0.5, 1.0, nb) / (32 * 64)).astype(np.float16)
-        d[rng.random(nb) < 0.02] = np.float16(3e-5)      # subnormal
         b[:, 208:210] = d.view(np.uint8).reshape(nb, 2)
     else:                                                # d dmin f16, scales[12], ...
         levels = 16 if dtype == "Q4_K" else 32
-        d = (rng.uniform(0.5, 1.0, nb) / (64 * levels)).astype(np.float16)
-        d[rng.random(nb) < 0.02] = np.float16(3e-5)
         dmin = (d.astype(np.float32) * rng.uniform(0.5, levels / 2, nb)).astype(np.float16)
         b[:, 0:2] = d.view(np.uint8).reshape(nb, 2)
         b[:, 2:4] = dmin.view(np.uint8).reshape(nb, 2)
     return b.reshape(M, K // 256 * tt.type_size)
+
+
+RANDOM_WEIGHTS = {dt: functools.partial(random_weights, dt) for dt in K_TYPES}
+
+
+def random_activations(rng: np.random.Generator, n: int, K: int) -> np.ndarray:
+    """float32 [n, K]: per-32-block magnitudes spread over ~2 decades, one all-zero block, scaled
+    so that a product with unit-size weights has about unit size for any K (as matmul_q8's)."""
+    x = rng.standard_normal((n, K // 32, 32)).astype(np.float32)
+    x *= np.exp(rng.uniform(-2.3, 2.3, (n, K // 32, 1))).astype(np.float32)
+    x *= np.float32(0.3 / np.sqrt(K))
+    x[0, min(1, K // 32 - 1)] = 0.0
+    return x.reshape(n, K)
 
 
 def dequant_weights(dtype: str, w: np.ndarray) -> np.ndarray:
@@ -81,9 +98,9 @@ def dequant_weights(dtype: str, w: np.ndarray) -> np.ndarray:
 def make_case(spec, rng: np.random.Generator, n: int) -> Case:
     M, K = spec.p["M"], spec.p["K"]
     w = random_weights(spec.dtype, rng, M, K)
-    x = rng.standard_normal((n, K)).astype(np.float32)
-    xq = q8a.quantize_rows(x)
-    y = (rng.standard_normal((n, M)) if spec.p.get("acc") else np.zeros((n, M))).astype(np.float32)
+    xq = q8a.quantize_rows(random_activations(rng, n, K))
+    y = (rng.standard_normal((n, M)).astype(np.float32) if spec.p.get("acc")
+         else np.full((n, M), np.nan, np.float32))       # acc=0 must overwrite every output
     bufs = {"w": w, "xq": xq, "y": y}
     words = [bufs.get(a, n) for a in ARGS]
     from ..kernels import pack_args

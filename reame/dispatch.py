@@ -1,0 +1,189 @@
+"""The live dispatch table: every op site of the compiled step calls its kernel through a slot.
+
+The table is double-buffered: `fns[copy][slot]` holds kernel addresses and the step program reads
+`fns[active]` (templates/runtime_generic.ll.j2). A new variant is *staged* into the inactive copy
+(any thread, any time) and becomes active at the next step boundary by one swap (`commit`, called
+by the engine between steps), so a step never mixes variants and no running request sees a
+half-updated table. A staged variant must first pass a numerical check against the generic
+kernel on that slot's own shape; `rollback` restores the previous variant. Per-slot call counts
+and cycles are sampled by the runtime on the steps the engine chooses.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .codegen import registry
+from .codegen.kernels import Kernel, build
+from .codegen.runtime import aligned_zeros, cycle_hz
+from .errors import ReameError
+
+
+class VariantRejected(ReameError):
+    """A variant failed its numerical check on a slot's shape."""
+
+
+@dataclass
+class Slot:
+    index: int
+    name: str                      # op site, e.g. "blk.3.ffn_down"
+    kernel: Kernel                 # live variant
+    history: list[Kernel] = field(default_factory=list)   # earlier live variants (for rollback)
+    staged: Kernel | None = None
+    verified: set = field(default_factory=set)            # symbols that passed the check here
+    rolling_back: bool = False
+
+
+class DispatchTable:
+    def __init__(self, capacity: int = 4096, check_tokens: int = 3):
+        self.capacity = capacity
+        self.fns = aligned_zeros(2 * capacity)       # [2][capacity] kernel addresses
+        self.active = aligned_zeros(8)                # word 0: index of the live copy
+        self.stats = aligned_zeros(2 * capacity).reshape(capacity, 2)   # calls, cycles
+        self.slots: list[Slot] = []
+        self.by_name: dict[str, Slot] = {}
+        self._lock = threading.Lock()
+        self._dirty = False
+        self.check_tokens = check_tokens
+        self.swaps = 0
+
+    # ---- building ----
+    def add(self, name: str, kernel: Kernel) -> int:
+        """A new slot (or the existing one of that name) running `kernel`; returns its index."""
+        with self._lock:
+            if name in self.by_name:
+                return self.by_name[name].index
+            if len(self.slots) == self.capacity:
+                raise RuntimeError("dispatch table is full")
+            s = Slot(len(self.slots), name, kernel, verified={kernel.symbol})
+            self.slots.append(s)
+            self.by_name[name] = s
+            self.fns[s.index] = self.fns[self.capacity + s.index] = kernel.address
+            return s.index
+
+    @property
+    def table_ptr(self) -> int:
+        return self.fns.ctypes.data
+
+    @property
+    def active_ptr(self) -> int:
+        return self.active.ctypes.data
+
+    def live(self, slot: int) -> Kernel:
+        return self.slots[slot].kernel
+
+    # ---- swapping variants ----
+    def verify(self, slot: int, kernel: Kernel) -> float:
+        """Numerical check of `kernel` against the generic kernel on the slot's shape; returns the
+        worst error in units of the op's tolerance (<= 1 passes). Raises VariantRejected."""
+        s = self.slots[slot]
+        live = s.kernel.spec
+        spec = kernel.spec
+        if (spec.op, spec.dtype) != (live.op, live.dtype) or any(
+                spec.p.get(d) != live.p.get(d) for d in registry.get_op(spec.op).dims):
+            raise VariantRejected(f"{spec.label()} does not fit slot {s.name} ({live.label()})")
+        op = registry.get_op(spec.op)
+        generic = _generic_kernel(op, live)
+        rng = np.random.default_rng(slot)
+        case = op.make_case(spec, rng, self.check_tokens)
+        want = {k: case.buffers[k].copy() for k in case.outputs}
+        inputs = {k: v.copy() for k, v in case.buffers.items()}
+        generic.run_threads(case.args, 1)
+        expected = {k: case.buffers[k].astype(np.float64) for k in case.outputs}
+        for k, v in inputs.items():                 # restore inputs (ops may write in place)
+            case.buffers[k][...] = v
+        for k in case.outputs:
+            case.buffers[k][...] = want[k]
+        kernel.run_threads(case.args, 2)
+        rtol, atol = op.tolerance(spec.dtype)
+        worst = 0.0
+        for k in case.outputs:
+            got = case.buffers[k].astype(np.float64)
+            if not np.all(np.isfinite(got)):
+                raise VariantRejected(f"{spec.label()} produced non-finite values on {s.name}")
+            # two kernels, each within tolerance of the exact result: allow twice the tolerance
+            err = np.abs(got - expected[k]) / (2 * (atol + rtol * np.abs(expected[k])))
+            worst = max(worst, float(err.max()) if err.size else 0.0)
+        if worst > 1.0:
+            raise VariantRejected(f"{spec.label()} disagrees with the generic kernel on {s.name} "
+                                  f"({worst:.3g}x the tolerance)")
+        return worst
+
+    def stage(self, slot: int, kernel: Kernel, verify: bool = True) -> None:
+        """Put `kernel` in the inactive copy; it goes live at the next commit()."""
+        s = self.slots[slot]
+        if verify and kernel.symbol not in s.verified:
+            self.verify(slot, kernel)
+            s.verified.add(kernel.symbol)
+        with self._lock:
+            inactive = 1 - int(self.active[0])
+            self.fns[inactive * self.capacity + slot] = kernel.address
+            s.staged = kernel
+            self._dirty = True
+
+    def rollback(self, slot: int) -> Kernel | None:
+        """Stage the previous live variant of a slot; returns it (None if there is none)."""
+        s = self.slots[slot]
+        if not s.history:
+            return None
+        prev = s.history[-1]
+        self.stage(slot, prev, verify=False)
+        s.rolling_back = True
+        return prev
+
+    def commit(self) -> bool:
+        """Step boundary: make staged variants live with one swap. Only the engine thread calls
+        this, between steps. Returns True if anything changed."""
+        with self._lock:
+            if not self._dirty:
+                return False
+            new = 1 - int(self.active[0])
+            self.active[0] = new                    # the swap: the next step reads this copy
+            old = 1 - new
+            base_new, base_old = new * self.capacity, old * self.capacity
+            n = len(self.slots)
+            self.fns[base_old:base_old + n] = self.fns[base_new:base_new + n]
+            for s in self.slots:
+                if s.staged is not None:
+                    if s.rolling_back:
+                        s.history.pop()
+                        s.rolling_back = False
+                    else:
+                        s.history.append(s.kernel)
+                    s.kernel, s.staged = s.staged, None
+            self._dirty = False
+            self.swaps += 1
+            return True
+
+    # ---- statistics ----
+    def slot_stats(self) -> list[dict]:
+        hz = cycle_hz()
+        out = []
+        for s in self.slots:
+            calls, cyc = (int(x) for x in self.stats[s.index])
+            out.append({"slot": s.name, "kernel": s.kernel.spec.label(), "calls": calls,
+                        "seconds": cyc / hz, "mean_us": cyc / hz / calls * 1e6 if calls else 0.0})
+        return out
+
+    def reset_stats(self) -> None:
+        self.stats[...] = 0
+
+
+_GENERIC: dict = {}
+
+
+def _generic_kernel(op, spec) -> Kernel:
+    """The portable reference kernel for a spec's op, type and dims (cached)."""
+    from .codegen.isa import detect
+    key = (spec.op, spec.dtype, tuple((d, spec.p.get(d)) for d in op.dims))
+    if key not in _GENERIC:
+        isa = detect().at("generic")
+        dims = {d: spec.p[d] for d in op.dims if d in spec.p}
+        cands = op.specs(spec.dtype, isa, **dims)
+        if not cands:
+            raise VariantRejected(f"no generic {op.name} kernel for {spec.dtype}")
+        _GENERIC[key] = build(cands[0], isa)
+    return _GENERIC[key]

@@ -1,0 +1,67 @@
+"""attn_prefill: causal grouped-query attention for prefill chunks, tiled, online softmax.
+
+Same args, dims, math and reference as attn_decode:
+args ("q", "kc", "vc", "out", "pos", "seq", "n"), dims ("H", "Hkv", "D", "Dv", "C", "kv",
+"scale"); token i attends to positions 0..pos[i] of cache slot seq[i] (its own k/v included:
+store_kv runs first).
+
+Tiling: a tile is rb consecutive batch tokens of one sequence at consecutive positions x the G
+query heads of one kv head (M = rb*G rows) against key tiles of bk keys; the rows live in vector
+lanes ("rows in lanes": q staged transposed, scores S^T[key][row], no horizontal reductions),
+micro-tiles of 4 keys x nmv row vectors for QK^T and 4 value dims x nmv row vectors for PV.
+Memory is bounded by the tile; each K/V tile is read once per query tile and kv head.
+Any batch is correct: a chunk of rb batch tokens is cut into runs (same sequence, consecutive
+positions); a run shorter than a compile-time threshold (where a full tile would waste more
+than per-token tiles) is done one token at a time (M = G rows).
+Threading: units (chunk, kv head) in contiguous ranges of equal estimated cost.
+Tolerance: as attn_decode (rtol 2e-5, atol 2e-5).
+"""
+
+from __future__ import annotations
+
+import math
+
+from .attn_decode import make_attention_case, reference, tolerance
+from .base import Op, Variant
+
+
+def _case(spec, rng, n):
+    """A prefill-like batch: a chunk of one sequence starting at a random offset (earlier
+    positions already in the cache), then a few tokens of other sequences at random positions."""
+    C = spec.p["C"]
+    n_chunk = max(1, (3 * n) // 4)
+    start = int(rng.integers(0, C - n_chunk + 1))
+    pos = list(range(start, start + n_chunk))
+    seq = [0] * n_chunk
+    for _ in range(n - n_chunk):
+        pos.append(int(rng.integers(0, C)))
+        seq.append(int(rng.integers(1, 3)))
+    return make_attention_case(OP, spec, rng, n, positions=pos, seq_ids=seq)
+
+
+def _reference(spec, case):
+    b = case.buffers
+    return {"out": reference(b["q"], b["kc"], b["vc"], b["pos"], b["seq"], spec.p["scale"])}
+
+
+SIMD = "tuned: FMA micro-tiles sized to the register file, vcvtph2ps, exp with vscalefps"
+
+OP = Op(
+    name="attn_prefill",
+    args=("q", "kc", "vc", "out", "pos", "seq", "n"),
+    dims=("H", "Hkv", "D", "Dv", "C", "kv", "scale"),
+    variants=(
+        Variant("generic", "generic", ("F32",), ({"vl": 4, "rb": 8, "bk": 16, "nmv": 2},),
+                "portable: 4-row vectors, 4x2 micro-tiles"),
+        Variant("simd", "avx2", ("F32",), ({"vl": 8, "rb": 8, "bk": 32, "nmv": 2},
+                                           {"vl": 8, "rb": 16, "bk": 32, "nmv": 2}), SIMD),
+        Variant("simd", "avx512", ("F32",), ({"vl": 16, "rb": 16, "bk": 32, "nmv": 4},
+                                             {"vl": 16, "rb": 8, "bk": 64, "nmv": 4}), SIMD),
+    ),
+    make_case=_case,
+    reference=_reference,
+    tolerance=tolerance,
+    example_dims={"H": 14, "Hkv": 2, "D": 64, "Dv": 64, "C": 4096, "kv": "f32",
+                  "scale": 1 / math.sqrt(64)},
+    doc="prefill attention: causal, tiled (rb tokens x G heads vs bk keys), GQA, online softmax",
+)

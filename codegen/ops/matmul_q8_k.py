@@ -13,7 +13,7 @@ Families (templates/matmul_q8_<family>.ll.j2, skeleton in matmul_q8_k_common.ll.
     kavx2     AVX2: vpmaddubsw + vpmaddwd, sub-block scales folded into vpmaddwd
     kvnni     AVX-512 VNNI: vpdpbusd on 512-bit registers (u8 weights x s8 activations)
 Tiles: nt = tokens per weight pass (a row is unpacked once per nt tokens), u = superblocks
-per loop iteration. Layouts and measured figures: docs/kernels-kquants.md.
+per loop iteration, pf = software prefetch distance in bytes for the weight stream (decode). Layouts and measured figures: docs/kernels-kquants.md.
 
 Hooks read by matmul_q8.py: VARIANTS, RANDOM_WEIGHTS (valid random K-quant blocks: gguf cannot
 quantise K types) and TOLERANCE. Also `make_case` / `reference` for tests that build specs
@@ -33,17 +33,21 @@ from .base import Case, Variant
 
 K_TYPES = ("Q4_K", "Q5_K", "Q6_K")
 ARGS = ("w", "xq", "y", "n")
+_TILES = "nt = tokens per weight pass, u = superblocks per loop step, pf = prefetch distance (B)"
 
 VARIANTS: tuple[Variant, ...] = (
     Variant("kgeneric", "generic", K_TYPES,
             ({"nt": 1, "u": 1}, {"nt": 4, "u": 1}),
-            "portable: 32-lane sext/mul/reduce per 32-block, 8-lane float scaling"),
+            "portable: 32-lane sext/mul/reduce per 32-block, 8-lane float scaling; " + _TILES),
     Variant("kavx2", "avx2", K_TYPES,
-            ({"nt": 1, "u": 2}, {"nt": 4, "u": 1}),
-            "AVX2 vpmaddubsw/vpmaddwd, sub-block scales in vpmaddwd, one 32-block per ymm"),
+            ({"nt": 1, "u": 1, "pf": 8192}, {"nt": 4, "u": 1}),
+            "AVX2 vpmaddubsw + vpmaddwd (sub-block scales as the i16 multiplier), one 32-block "
+            "per ymm; " + _TILES),
     Variant("kvnni", "avx512_vnni", K_TYPES,
-            ({"nt": 1, "u": 1}, {"nt": 1, "u": 2}, {"nt": 4, "u": 1}),
-            "AVX-512 VNNI vpdpbusd, two 32-blocks per zmm"),
+            ({"nt": 1, "u": 1, "pf": 8192}, {"nt": 1, "u": 2, "pf": 8192}, {"nt": 4, "u": 1},
+             {"nt": 8, "u": 1}),
+            "AVX-512 VNNI vpdpbusd, two 32-blocks per zmm, GFNI nibble split on GFNI hosts; "
+            + _TILES),
 )
 
 # magnitude of the f16 d for weights of about unit size (quant range x sub-block scale range)

@@ -5,8 +5,8 @@ from __future__ import annotations
 from .errors import ReameError
 from .kv_cache import DEFAULT_MAX_CTX
 
-ENGINES = ("reference",)
-DEFAULT_ENGINE = "reference"
+ENGINES = ("jit", "reference")
+DEFAULT_ENGINE = "jit"
 
 
 def create_engine(model, name: str = DEFAULT_ENGINE, *, n_ctx: int | None = None,
@@ -16,4 +16,7 @@ def create_engine(model, name: str = DEFAULT_ENGINE, *, n_ctx: int | None = None
     if name == "reference":
         from .reference import ReferenceEngine
         return ReferenceEngine(model, n_ctx=n_ctx, max_seqs=max_seqs, kv_dtype=kv_type)
+    if name == "jit":
+        from .jit.engine import JITEngine
+        return JITEngine(model, n_ctx=n_ctx, max_seqs=max_seqs, kv_dtype=kv_type, threads=threads)
     raise ReameError(f"unknown engine {name!r} (choose from: {', '.join(ENGINES)})")

@@ -1,0 +1,209 @@
+"""The JIT engine: the whole forward pass as compiled kernels, one native call per step.
+
+At load, `_build` lays out the forward pass of the model (the same steps as reame/reference.py)
+as a program of op sites for each phase of step: `single` (one token), `batch` (decode of a few
+sequences) and `prefill` (a chunk of prompt). Each op site calls its kernel through the live
+dispatch table. A step writes the batch (token ids, positions, KV slots, logits rows) into
+fixed buffers, sets the per-step words of the argument blocks, swaps in staged variants (the
+step boundary) and launches the program on the thread pool: every thread walks the ops once and
+the threads meet at barriers inside generated code. No numpy runs in the per-token path.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..batch import Batch
+from ..codegen import q8a
+from ..codegen.isa import detect
+from ..codegen.runtime import NativePool
+from ..dispatch import DispatchTable
+from ..kv_cache import KVCache
+from ..model import Model
+from ..reference import rope_angles
+from .program import M, N, ProgramBuilder, StepProgram
+from .select import PHASES, choose, int_path
+
+FLOAT_TYPES = ("F32", "F16", "BF16")
+MAX_BATCH_TOKENS = 512      # tokens per step (prefill chunk); larger prompts are chunked
+BATCH_PHASE_MAX = 16        # steps of at most this many tokens use the batched-decode program
+
+
+class JITEngine:
+    name = "jit"
+
+    def __init__(self, model: Model, n_ctx: int, max_seqs: int = 4, kv_dtype: str = "f32",
+                 threads: int | None = None, max_batch_tokens: int = MAX_BATCH_TOKENS,
+                 isa=None):
+        self.model, self.config = model, model.config
+        c = self.config
+        self.n_ctx = n_ctx
+        self.isa = isa or detect()
+        self.max_tokens = max(max_batch_tokens, max_seqs)
+        self.max_logits = max(max_seqs, 16)
+        self.kv = KVCache(c.n_layer, max_seqs, c.n_head_kv, n_ctx, c.head_dim, c.head_dim_v,
+                          kv_dtype)
+        self.kv_dtype = kv_dtype
+        self.pool = NativePool(threads, self.isa)
+        self.threads = self.pool.nth
+        self.table = DispatchTable()
+        self.kernels: dict = {}
+        self._alloc()
+        self.programs: dict[str, StepProgram] = {ph: self._build(ph) for ph in PHASES}
+        self.steps = 0
+        self.sample_every = 0          # >0: time every op on every k-th step (dispatch stats)
+
+    # ------------------------------------------------------------------ buffers
+    def _alloc(self) -> None:
+        c, T, L = self.config, self.max_tokens, self.max_logits
+        f32 = lambda *shape: np.zeros(shape, np.float32)   # noqa: E731
+        q8 = lambda k: np.zeros((T, q8a.row_stride(k)), np.uint8) if k % 32 == 0 else None  # noqa
+        qd, kvd, vd = c.n_head * c.head_dim, c.n_head_kv * c.head_dim, c.n_head_kv * c.head_dim_v
+        self.tokens = np.zeros(T, np.int32)          # [T]  token ids of the step
+        self.pos = np.zeros(T, np.int32)             # [T]  their positions
+        self.seq = np.zeros(T, np.int32)             # [T]  their KV slots
+        self.rows = np.zeros(L, np.int32)            # [L]  tokens whose logits are wanted
+        self.x = f32(T, c.n_embd)                    # residual stream
+        self.h = f32(T, c.n_embd)                    # normed input of a block
+        self.q, self.k, self.v = f32(T, qd), f32(T, kvd), f32(T, c.n_head_kv * c.head_dim_v)
+        self.att = f32(T, c.n_head * c.head_dim_v)   # attention output, all heads
+        self.g, self.u = f32(T, c.n_ff), f32(T, c.n_ff)   # FFN gate / up (g becomes silu(g)*u)
+        self.xo, self.ho = f32(L, c.n_embd), f32(L, c.n_embd)   # rows gathered for the head
+        self.logits = f32(L, c.n_vocab)
+        self.qbuf = {}                               # Q8A copies of activations, by source
+        for name, k in (("h", c.n_embd), ("att", c.n_head * c.head_dim_v), ("g", c.n_ff)):
+            self.qbuf[name] = q8(k)
+        self.qbuf["ho"] = (np.zeros((L, q8a.row_stride(c.n_embd)), np.uint8)
+                           if c.n_embd % 32 == 0 else None)
+        freq = self.model.tensors.get("rope_freqs.weight")
+        cos, sin = rope_angles(c, np.arange(self.n_ctx), freq.dequantize() if freq else None)
+        self.rope_cs = np.ascontiguousarray(np.stack([cos, sin], axis=-1), np.float32)
+        self.small = {}                              # norms and biases as float32
+        for name, t in self.model.tensors.items():
+            if len(t.shape) == 1:
+                self.small[name] = np.ascontiguousarray(t.dequantize(), np.float32)
+        del qd, kvd, vd
+
+    # ------------------------------------------------------------------ the forward pass
+    def _build(self, phase: str) -> StepProgram:
+        c, isa, m = self.config, self.isa, self.model
+        P = ProgramBuilder(self.table, self.kernels, phase, isa)
+        W = lambda name: m.tensor(name).data         # noqa: E731  raw GGUF bytes (mmap)
+        S = self.small
+
+        def linear(site, x, xname, y, n, quantized: set, acc=0):
+            """y (+)= x @ W^T for the weight `site`. Quantised weights with an integer kernel
+            read x as Q8A, made once per producer (`quantized` names the buffers already made)."""
+            t = m.tensor(site)
+            K, Mo = t.shape[0], t.n_rows
+            if t.type.quantized and int_path(t.type.name, isa) and self.qbuf.get(xname) is not None:
+                xq = self.qbuf[xname]
+                if xname not in quantized:
+                    P.op(f"quantize.{site}", choose("quantize_q8", "F32", isa, phase, K=K),
+                         x=x, xq=xq, n=n)
+                    quantized.add(xname)
+                P.op(site, choose("matmul_q8", t.type.name, isa, phase, M=Mo, K=K, acc=acc),
+                     w=W(site), xq=xq, y=y, n=n)
+            else:
+                P.op(site, choose("matmul", t.type.name, isa, phase, M=Mo, K=K, acc=acc),
+                     w=W(site), x=x, y=y, n=n)
+
+        def spec(op, **dims):
+            return choose(op, "F32", isa, phase, **dims)
+
+        hd, hdv, H, Hkv = c.head_dim, c.head_dim_v, c.n_head, c.n_head_kv
+        attn_dims = dict(H=H, Hkv=Hkv, D=hd, Dv=hdv, C=self.n_ctx, kv=self.kv_dtype,
+                         scale=float(1.0 / np.sqrt(hd)))
+        attn_op = "attn_prefill" if phase == "prefill" and _has_op("attn_prefill") else "attn_decode"
+        emb = m.tensor("token_embd.weight")
+
+        # x = token_embd[tokens]
+        P.op("token_embd", choose("get_rows", emb.type.name, isa, phase, K=c.n_embd),
+             w=W("token_embd.weight"), ids=self.tokens, y=self.x, n=N)
+        for il in range(c.n_layer):
+            b = f"blk.{il}."
+            fresh: set = set()                                   # Q8A buffers made this block
+            # ---- attention: h = RMSNorm(x); q, k, v = h Wq, h Wk, h Wv
+            P.op(b + "attn_norm", spec("rms_norm", K=c.n_embd, eps=c.rms_eps),
+                 x=self.x, w=S[b + "attn_norm.weight"], y=self.h, n=N)
+            linear(b + "attn_q.weight", self.h, "h", self.q, N, fresh)
+            P.no_barrier_before_next()
+            linear(b + "attn_k.weight", self.h, "h", self.k, N, fresh)
+            P.no_barrier_before_next()
+            linear(b + "attn_v.weight", self.h, "h", self.v, N, fresh)
+            if c.qkv_bias:                                       # Qwen2: + biases
+                for name, buf, width in (("q", self.q, H * hd), ("k", self.k, Hkv * hd),
+                                         ("v", self.v, Hkv * hdv)):
+                    P.op(f"{b}attn_{name}.bias", spec("add", K=width, bcast=1),
+                         a=buf, b=S[f"{b}attn_{name}.bias"], y=buf, n=N, barrier=False)
+                P.ops[-1] = (*P.ops[-1][:2], True)
+            if c.qk_norm:                                        # Qwen3: per-head RMSNorm
+                P.op(b + "attn_q_norm", spec("rms_norm", K=hd, eps=c.rms_eps),
+                     x=self.q, w=S[b + "attn_q_norm.weight"], y=self.q, n=N * H, barrier=False)
+                P.op(b + "attn_k_norm", spec("rms_norm", K=hd, eps=c.rms_eps),
+                     x=self.k, w=S[b + "attn_k_norm.weight"], y=self.k, n=N * Hkv)
+            # ---- RoPE on q and k, then k, v into the cache
+            rope = dict(D=hd, R=c.rope_dim, neox=int(c.rope_neox))
+            P.op(b + "rope_q", spec("rope", H=H, **rope), x=self.q, pos=self.pos,
+                 cs=self.rope_cs, n=N, barrier=False)
+            P.op(b + "rope_k", spec("rope", H=Hkv, **rope), x=self.k, pos=self.pos,
+                 cs=self.rope_cs, n=N)
+            kc, vc = self.kv.k[il], self.kv.v[il]
+            P.op(b + "store_kv", spec("store_kv", Hkv=Hkv, D=hd, Dv=hdv, C=self.n_ctx,
+                                      kv=self.kv_dtype),
+                 k=self.k, v=self.v, kc=kc, vc=vc, pos=self.pos, seq=self.seq, n=N)
+            # ---- attention over each token's prefix; x += att Wo
+            P.op(b + "attn", spec(attn_op, **attn_dims), q=self.q, kc=kc, vc=vc,
+                 out=self.att, pos=self.pos, seq=self.seq, n=N)
+            linear(b + "attn_output.weight", self.att, "att", self.x, N, fresh, acc=1)
+            # ---- feed-forward: x += (silu(h Wg) * (h Wu)) Wd, h = RMSNorm(x)
+            P.op(b + "ffn_norm", spec("rms_norm", K=c.n_embd, eps=c.rms_eps),
+                 x=self.x, w=S[b + "ffn_norm.weight"], y=self.h, n=N)
+            fresh.discard("h")
+            linear(b + "ffn_gate.weight", self.h, "h", self.g, N, fresh)
+            P.no_barrier_before_next()
+            linear(b + "ffn_up.weight", self.h, "h", self.u, N, fresh)
+            P.op(b + "ffn_swiglu", spec("swiglu", F=c.n_ff), g=self.g, u=self.u, y=self.g, n=N)
+            linear(b + "ffn_down.weight", self.g, "g", self.x, N, fresh, acc=1)
+        # ---- output head over the rows that need logits
+        P.op("output_rows", choose("get_rows", "F32", isa, phase, K=c.n_embd),
+             w=self.x, ids=self.rows, y=self.xo, n=M)
+        P.op("output_norm", spec("rms_norm", K=c.n_embd, eps=c.rms_eps),
+             x=self.xo, w=S["output_norm.weight"], y=self.ho, n=M)
+        out_name = "token_embd.weight" if c.tied_embeddings else "output.weight"
+        linear(out_name, self.ho, "ho", self.logits, M, set())
+        return P.finish()
+
+    # ------------------------------------------------------------------ one step
+    def forward(self, batch: Batch) -> np.ndarray:
+        n, mrows = len(batch), len(batch.logits_rows)
+        if n == 0:
+            return np.zeros((0, self.config.n_vocab), np.float32)
+        if n > self.max_tokens:
+            raise ValueError(f"{n} tokens in one step; at most {self.max_tokens}")
+        if mrows > self.max_logits:
+            raise ValueError(f"{mrows} logits rows in one step; at most {self.max_logits}")
+        self.kv.check(batch.positions, batch.seq_ids)
+        if batch.tokens.min() < 0 or batch.tokens.max() >= self.config.n_vocab:
+            raise ValueError("token id outside the vocabulary")
+        self.tokens[:n] = batch.tokens
+        self.pos[:n] = batch.positions
+        self.seq[:n] = batch.seq_ids
+        self.rows[:mrows] = batch.logits_rows
+        phase = "single" if n == 1 else "batch" if n <= BATCH_PHASE_MAX else "prefill"
+        prog = self.programs[phase]
+        prog.set(n=n, m=mrows)
+        self.table.commit()                       # step boundary: staged variants go live
+        self.steps += 1
+        timed = self.sample_every and self.steps % self.sample_every == 0
+        prog.program.set_stats(self.table.stats if timed else None)
+        self.pool.run(prog.program.words)
+        return self.logits[:mrows].copy()
+
+    def close(self) -> None:
+        self.pool.close()
+
+
+def _has_op(name: str) -> bool:
+    from ..codegen import registry
+    return name in registry.ops()

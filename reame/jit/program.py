@@ -1,0 +1,96 @@
+"""Building a step program: op sites, their argument blocks, and the words that change per step.
+
+Every op site gets a dispatch-table slot (named like the GGUF tensor it reads, plus the phase)
+and an argument block inside one int64 array. Words that depend on the step (token count `n`,
+logits rows `m`, and multiples of them) are recorded so the engine can set them all with a few
+numpy assignments before launching the step.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+
+from ..codegen import registry
+from ..codegen.kernels import Kernel, build
+from ..codegen.runtime import Program, aligned_zeros
+from ..codegen.spec import KernelSpec
+from ..dispatch import DispatchTable
+
+
+class Dyn:
+    """A per-step integer: `n` tokens or `m` logits rows, times a constant factor."""
+
+    def __init__(self, name: str, factor: int = 1):
+        self.name, self.factor = name, factor
+
+    def __mul__(self, k: int) -> "Dyn":
+        return Dyn(self.name, self.factor * k)
+
+
+N, M = Dyn("n"), Dyn("m")
+
+
+class ProgramBuilder:
+    def __init__(self, table: DispatchTable, kernels: dict, phase: str, isa):
+        self.table, self.kernels, self.phase, self.isa = table, kernels, phase, isa
+        self.ops: list[tuple[int, list, bool]] = []     # (slot, words, barrier after)
+
+    def kernel(self, spec: KernelSpec) -> Kernel:
+        if spec not in self.kernels:
+            self.kernels[spec] = build(spec, self.isa)
+        return self.kernels[spec]
+
+    def op(self, site: str, spec: KernelSpec, barrier: bool = True, **args) -> None:
+        """Add an op: `args` maps the op's argument names to arrays, ints or Dyn words."""
+        words = [args[a] for a in registry.get_op(spec.op).args]
+        slot = self.table.add(f"{site}@{self.phase}", self.kernel(spec))
+        self.ops.append((slot, words, barrier))
+
+    def no_barrier_before_next(self) -> None:
+        """The last op and the next one are independent (they read the same inputs and write
+        different outputs): threads may go on without meeting."""
+        slot, words, _ = self.ops[-1]
+        self.ops[-1] = (slot, words, False)
+
+    def finish(self) -> "StepProgram":
+        sizes = [len(w) for _, w, _ in self.ops]
+        block = aligned_zeros(max(1, sum(sizes)))
+        dyn = defaultdict(lambda: ([], []))           # name -> (indices, factors)
+        keep = []                                     # arrays referenced by the blocks
+        offsets, pos = [], 0
+        for (_, words, _), size in zip(self.ops, sizes):
+            offsets.append(pos)
+            for j, w in enumerate(words):
+                if isinstance(w, Dyn):
+                    dyn[w.name][0].append(pos + j)
+                    dyn[w.name][1].append(w.factor)
+                elif isinstance(w, np.ndarray):
+                    block[pos + j] = w.ctypes.data
+                    keep.append(w)
+                else:
+                    block[pos + j] = int(w)
+            pos += size
+        base = block.ctypes.data
+        prog = Program(self.table.table_ptr, self.table.active_ptr, self.table.capacity,
+                       [(slot, base + 8 * off, bar)
+                        for (slot, _, bar), off in zip(self.ops, offsets)])
+        dyn_arrays = {k: (np.asarray(i, np.int64), np.asarray(f, np.int64))
+                      for k, (i, f) in dyn.items()}
+        return StepProgram(prog, block, dyn_arrays, keep, [s for s, _, _ in self.ops])
+
+
+class StepProgram:
+    def __init__(self, program: Program, block: np.ndarray, dyn: dict, keep: list, slots: list):
+        self.program, self.block, self.dyn, self._keep, self.slots = program, block, dyn, keep, slots
+
+    def set(self, **values: int) -> None:
+        """Write this step's n / m into every argument word that depends on them."""
+        for name, v in values.items():
+            if name in self.dyn:
+                idx, factor = self.dyn[name]
+                self.block[idx] = factor * v
+
+    def __len__(self) -> int:
+        return len(self.program)

@@ -114,3 +114,42 @@ def test_registry_and_hook():
         if set(v.dtypes) & set(TYPES):
             assert len(v.tiles) >= 2
     assert all(v in OP.variants for v in mq.K_VARIANTS)
+
+
+def _guarded(nbytes: int, at_end: bool):
+    """A uint8 array of nbytes that ends exactly at (at_end) or starts exactly after (not
+    at_end) a PROT_NONE page: any read outside it segfaults."""
+    import ctypes
+    import mmap
+    page = mmap.PAGESIZE
+    span = (nbytes + page - 1) // page * page
+    buf = mmap.mmap(-1, span + 2 * page, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+    base = ctypes.addressof(ctypes.c_char.from_buffer(buf))
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mprotect.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+    assert libc.mprotect(base, page, 0) == 0
+    assert libc.mprotect(base + page + span, page, 0) == 0
+    off = page + (span - nbytes if at_end else 0)
+    return buf, np.frombuffer(buf, np.uint8, nbytes, off)
+
+
+@pytest.mark.parametrize("at_end", (True, False), ids=("guard-after", "guard-before"))
+@pytest.mark.parametrize("dtype", TYPES)
+def test_reads_stay_inside_the_weights(dtype, at_end):
+    """Weights between PROT_NONE pages: no variant reads a byte before or after them (the vnni
+    kernels load 64 bytes per block pair; rows' ends must not run past the buffer)."""
+    isa = detect()
+    for M, K in ((3, 32), (2, 96), (3, 224)):
+        for spec in OP.specs(dtype, isa, M=M, K=K, acc=0):
+            case = OP.make_case(spec, np.random.default_rng(0), 2)
+            w = case.buffers["w"]
+            keep, g = _guarded(w.nbytes, at_end)
+            g[:] = w.reshape(-1)
+            args = case.args.copy()
+            args[OP.args.index("w")] = g.ctypes.data
+            build(spec, isa).run_threads(args, 1)
+            want = OP.reference(spec, case)["y"]
+            rtol, atol = OP.tolerance(dtype)
+            np.testing.assert_allclose(case.buffers["y"], want, rtol=rtol, atol=atol)
+            del g
+            keep.close()

@@ -1,0 +1,145 @@
+"""Benchmark the attention kernels (and the element-wise ops) of the forward pass.
+
+Every kernel is validated against its numpy reference before it is timed. Timing:
+- 1 thread: the minimum over many single calls (the machine is shared and noisy);
+- nth threads: each of nth Python threads runs its own slice `reps` times back to back (the
+  slices are independent, so no barrier is needed); time = wall time / reps of the slowest,
+  minimum over trials. This is the kernel's critical path with all threads busy, without the
+  cost of a Python-level barrier per call.
+
+    python -m bench.bench_attention [--ctx 4096] [--prefill 512] [--kv f32,f16]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import threading
+import time
+
+import numpy as np
+
+from reame.codegen.isa import detect
+from reame.codegen.kernels import build
+from reame.codegen.ops.attn_decode import make_attention_case
+from reame.codegen.registry import get_op
+
+
+def time_kernel(kernel, args, nth, budget=0.4, reps=None):
+    """Seconds per call of `kernel` split over `nth` threads. `args` is one argument block or a
+    list of them used in turn (e.g. one per layer, so that the data comes from DRAM, not L3)."""
+    blocks = args if isinstance(args, list) else [args]
+    ptrs = [a.ctypes.data for a in blocks]
+    if nth == 1:
+        best, t_end, i = float("inf"), time.perf_counter() + budget, 0
+        while time.perf_counter() < t_end:
+            t = time.perf_counter()
+            kernel.cfunc(ptrs[i % len(ptrs)], 0, 1)
+            best = min(best, time.perf_counter() - t)
+            i += 1
+        return best
+    t = time.perf_counter()
+    kernel.run_threads(blocks[0], nth)
+    one = time.perf_counter() - t
+    reps = reps or max(len(ptrs), min(400, int(0.05 / max(one, 1e-6))))
+    best, t_end = float("inf"), time.perf_counter() + budget
+    while time.perf_counter() < t_end:
+        start = threading.Barrier(nth)
+
+        def work(ith):
+            start.wait()
+            for r in range(reps):
+                kernel.cfunc(ptrs[r % len(ptrs)], ith, nth)
+
+        threads = [threading.Thread(target=work, args=(i,)) for i in range(1, nth)]
+        for th in threads:
+            th.start()
+        start.wait()
+        t = time.perf_counter()
+        for r in range(reps):
+            kernel.cfunc(ptrs[r % len(ptrs)], 0, nth)
+        for th in threads:
+            th.join()
+        best = min(best, (time.perf_counter() - t) / reps)
+    return best
+
+
+def validate(op, kernel, case):
+    want = op.reference(kernel.spec, case)
+    kernel(case.args)
+    rtol, atol = op.tolerance(kernel.spec.dtype)
+    for name in case.outputs:
+        got = case.buffers[name]
+        err = np.abs(got - want[name]) / (atol + rtol * np.abs(want[name]))
+        if not np.all(np.isfinite(got)) or err.max() > 1:
+            raise AssertionError(f"{kernel.spec.label()} disagrees with the reference")
+
+
+def attention(args):
+    isa = detect()
+    H, Hkv, D = args.heads, args.kv_heads, args.head_dim
+    rows = []
+    for kv in args.kv.split(","):
+        dims = dict(H=H, Hkv=Hkv, D=D, Dv=D, kv=kv, scale=1 / math.sqrt(D))
+        # decode: one token at position ctx - 1
+        op = get_op("attn_decode")
+        C = args.ctx
+        for spec in op.specs("F32", isa, C=C, **dims):
+            k = build(spec, isa)
+            rng = np.random.default_rng(0)
+            small = make_attention_case(op, spec.with_params(C=64), rng, 4)
+            validate(op, build(spec.with_params(C=64), isa), small)
+            # one cache per "layer", 128 MiB in all: each call reads its keys from DRAM
+            case = make_attention_case(op, spec, rng, 1, positions=[C - 1], seq_ids=[0], seqs=1)
+            kv_bytes = case.buffers["kc"].nbytes + case.buffers["vc"].nbytes
+            layers = [case] + [make_attention_case(op, spec, rng, 1, positions=[C - 1],
+                                                   seq_ids=[0], seqs=1)
+                               for _ in range(max(0, (128 << 20) // kv_bytes - 1))]
+            for nth in (1, 2):
+                t = time_kernel(k, [c.args for c in layers], nth)
+                rows.append(("decode", kv, f"ctx={C}", spec.family, tiles(spec), nth,
+                             f"{t * 1e6:.0f} us", f"{kv_bytes / t / 1e9:.1f} GB/s"))
+        # prefill: positions 0..P-1 of one sequence
+        op = get_op("attn_prefill")
+        P = args.prefill
+        flops = 2 * H * (D + D) * P * (P + 1) / 2
+        for spec in op.specs("F32", isa, C=P, **dims):
+            k = build(spec, isa)
+            rng = np.random.default_rng(1)
+            small = make_attention_case(op, spec.with_params(C=48), rng, 40,
+                                        positions=list(range(3, 43)), seq_ids=[0] * 40)
+            validate(op, build(spec.with_params(C=48), isa), small)
+            case = make_attention_case(op, spec, rng, P, positions=list(range(P)),
+                                       seq_ids=[0] * P, seqs=1)
+            if args.check_large:
+                validate(op, k, case)
+            for nth in (1, 2):
+                t = time_kernel(k, case.args, nth, budget=1.0)
+                rows.append(("prefill", kv, f"n={P}", spec.family, tiles(spec), nth,
+                             f"{t * 1e3:.2f} ms", f"{flops / t / 1e9:.1f} GFLOP/s"))
+    return rows
+
+
+def tiles(spec):
+    skip = {"H", "Hkv", "D", "Dv", "C", "kv", "scale", "K", "F", "bcast", "eps", "R", "neox"}
+    return ",".join(f"{k}={v}" for k, v in spec.params if k not in skip)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--ctx", type=int, default=4096, help="decode context length")
+    ap.add_argument("--prefill", type=int, default=512, help="prefill chunk length")
+    ap.add_argument("--heads", type=int, default=14)
+    ap.add_argument("--kv-heads", type=int, default=2)
+    ap.add_argument("--head-dim", type=int, default=64)
+    ap.add_argument("--kv", default="f32,f16")
+    ap.add_argument("--check-large", action="store_true",
+                    help="also validate the full-size prefill case (slow numpy reference)")
+    args = ap.parse_args()
+    print(f"# H={args.heads} Hkv={args.kv_heads} D={args.head_dim}, {detect().level}")
+    for r in attention(args):
+        print("  ".join(f"{c!s:<14}" for c in r))
+
+
+if __name__ == "__main__":
+    main()

@@ -79,7 +79,11 @@ class Op:
             got, want = case.buffers[name], expected[name]
             if not np.all(np.isfinite(got)):
                 return False, float("inf")
-            err = np.abs(got.astype(np.float64) - want) / (atol + rtol * np.abs(want))
+            diff = np.abs(got.astype(np.float64) - want)
+            with np.errstate(divide="ignore", invalid="ignore"):   # exact (0, 0) tolerances
+                err = np.where(diff == 0, 0.0, diff / (atol + rtol * np.abs(want)))
+            if np.isnan(err).any():            # a NaN reference must not pass silently
+                return False, float("inf")
             worst = max(worst, float(err.max()) if err.size else 0.0)
         return worst <= 1.0, worst
 

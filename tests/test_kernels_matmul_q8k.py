@@ -84,19 +84,23 @@ def test_matches_reference(dtype, family, level, tile, M, K, acc):
 
 
 @pytest.mark.parametrize("dtype", TYPES)
-def test_long_rows_native(dtype):
-    """K = 8192 (32 superblocks) on every family at the native level: the tolerance holds for
-    long float32 sums."""
-    M, K, n = 5, 8192, 3
+def test_long_rows_and_row_chunks_native(dtype):
+    """K = 8192 (32 superblocks; rows of 4.5-6.6 KiB, so the ~256 KiB L2 row chunks hold 39-56
+    rows and M = 131 takes several chunks per thread) on every variant x tile at the native
+    level: the chunk loop, and the tolerance for long float32 sums."""
+    M, K, n = 131, 8192, 6
+    spec0 = _spec(dtype, "kgeneric", "native", {"nt": 1, "u": 1}, M, K, 1)
+    case = mk.make_case(spec0, np.random.default_rng(7), n)
+    want = mk.reference(spec0, case)["y"]
+    rtol, atol = mk.TOLERANCE[dtype]
     for v in mk.VARIANTS:
-        tile = v.tiles[-1]
-        spec = _spec(dtype, v.family, "native", tile, M, K, 0)
-        case = mk.make_case(spec, np.random.default_rng(7), n)
-        want = mk.reference(spec, case)["y"]
-        build(spec, detect()).run_threads(case.args, 2)
-        rtol, atol = mk.TOLERANCE[dtype]
-        np.testing.assert_allclose(case.buffers["y"], want, rtol=rtol, atol=atol,
-                                   err_msg=spec.label())
+        for tile in v.tiles:
+            spec = _spec(dtype, v.family, "native", tile, M, K, 1)
+            for nth in (1, 3):
+                case.buffers["y"][...] = case.meta["y0"]
+                build(spec, detect()).run_threads(case.args, nth)
+                np.testing.assert_allclose(case.buffers["y"], want, rtol=rtol, atol=atol,
+                                           err_msg=f"{spec.label()} nth={nth}")
 
 
 # one 32-block (Q6_K: one 16-group) made wrong: a changed 6-bit sub-block scale / int8 scale

@@ -86,8 +86,8 @@ def test_matches_reference(dtype, family, level, tile, M, K, acc):
 @pytest.mark.parametrize("dtype", TYPES)
 def test_long_rows_and_row_chunks_native(dtype):
     """K = 8192 (32 superblocks; rows of 4.5-6.6 KiB, so the ~256 KiB L2 row chunks hold 39-56
-    rows and M = 131 takes several chunks per thread) on every variant x tile at the native
-    level: the chunk loop, and the tolerance for long float32 sums."""
+    rows, and M = 131 takes 3-4 chunks on one thread, 1-2 on each of 3) on every variant x tile
+    at the native level: the chunk loop, and the tolerance for long float32 sums."""
     M, K, n = 131, 8192, 6
     spec0 = _spec(dtype, "kgeneric", "native", {"nt": 1, "u": 1}, M, K, 1)
     case = mk.make_case(spec0, np.random.default_rng(7), n)

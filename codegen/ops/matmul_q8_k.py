@@ -13,7 +13,8 @@ Families (templates/matmul_q8_<family>.ll.j2, skeleton in matmul_q8_k_common.ll.
     kavx2     AVX2: vpmaddubsw + vpmaddwd, sub-block scales folded into vpmaddwd
     kvnni     AVX-512 VNNI: vpdpbusd on 512-bit registers (u8 weights x s8 activations)
 Tiles: nt = tokens per weight pass (a row is unpacked once per nt tokens), u = superblocks
-per loop iteration, pf = software prefetch distance in bytes for the weight stream (decode). Layouts and measured figures: docs/kernels-kquants.md.
+per loop iteration, pf = software prefetch distance in bytes for the weight stream (decode).
+Layouts and measured figures: docs/kernels-kquants.md.
 
 Hooks read by matmul_q8.py: VARIANTS, RANDOM_WEIGHTS (valid random K-quant blocks: gguf cannot
 quantise K types) and TOLERANCE. Also `make_case` / `reference` for tests that build specs

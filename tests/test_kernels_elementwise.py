@@ -94,7 +94,7 @@ def test_store_kv(spec, isa):
 
 
 @pytest.mark.parametrize("spec,isa", _params("rms_norm", [
-    {"K": K, "eps": 1e-6} for K in (64, 1000, 37)]))
+    {"K": K, "eps": 1e-6} for K in (64, 1000, 37, 130)]))
 def test_rms_norm(spec, isa):
     _check_all("rms_norm", spec, isa)
 

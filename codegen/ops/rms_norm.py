@@ -1,4 +1,11 @@
-"""RMSNorm of activation rows: y = x * w / sqrt(mean(x^2) + eps)."""
+"""RMSNorm of activation rows: y = x * w / sqrt(mean(x^2) + eps).
+
+args ("x", "w", "y", "n"): x, y f32 [n, K] (y may be x), w f32 [K]; dims ("K", "eps").
+Also Qwen3's per-head q/k norm: rows = n*H, K = head_dim.
+Families: "generic" (portable; llvm.fmuladd, so no fmaf libcalls at the x86-64 baseline) and
+"simd" (AVX2/AVX-512: tree-reduced sum of squares from U accumulators, masked row tail, rows of
+up to 8 vectors kept in registers between the two passes with w hoisted out of the row loop).
+"""
 
 from __future__ import annotations
 
@@ -29,6 +36,10 @@ OP = Op(
         Variant("generic", "generic", ("F32",), ({"vl": 4},), "portable 4-lane vectors"),
         Variant("generic", "avx2", ("F32",), ({"vl": 8},), "one AVX2 register per step"),
         Variant("generic", "avx512", ("F32",), ({"vl": 16},), "one AVX-512 register per step"),
+        Variant("simd", "avx2", ("F32",), ({"vl": 8, "unroll": 4},),
+                "tree reduction, masked tail, short rows in registers"),
+        Variant("simd", "avx512", ("F32",), ({"vl": 16, "unroll": 2}, {"vl": 16, "unroll": 4}),
+                "tree reduction, masked tail, short rows in registers"),
     ),
     make_case=_case,
     reference=_reference,

@@ -111,3 +111,15 @@ def test_symbols_are_unique_per_variant():
     for spec in OP.specs("Q8_0", ISA, M=64, K=256, acc=0) + OP.specs("Q8_0", ISA, M=64, K=256, acc=1):
         symbols.add(render(spec, ISA)[0])
     assert len(symbols) == len(OP.specs("Q8_0", ISA, M=64, K=256, acc=0)) * 2
+
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_read_bw_probe(level):
+    """The bandwidth probe of bench/kernels.py sums every word once, whatever the split."""
+    op = get_op("read_bw")
+    for spec in op.specs("F32", ISA.at(level)):
+        kernel = build(spec, ISA.at(level))
+        for n in (1, 4):
+            for nth in THREADS:
+                ok, worst = op.check(kernel, np.random.default_rng(n), n=n, nth=nth)
+                assert ok, (spec.label(), n, nth, worst)

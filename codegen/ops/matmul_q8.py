@@ -120,13 +120,14 @@ OP = Op(
     variants=(
         Variant("generic", "generic", LEGACY, ({"nt": 1}, {"nt": 4}),
                 "portable vector IR: sext i8 -> i32, mul, reduce add; " + _TOKENS_DOC),
-        Variant("avx2", "avx2", LEGACY, ({"nt": 1, "u": 2}, {"nt": 4, "u": 1}),
+        Variant("avx2", "avx2", LEGACY, ({"nt": 1, "u": 2, "pf": 8192}, {"nt": 4, "u": 1}),
                 "AVX2: one block per vpmaddubsw + vpmaddwd; " + _TOKENS_DOC
-                + ", u = blocks per loop step"),
+                + ", u = blocks per loop step, pf = weight prefetch distance (bytes)"),
         Variant("vnni", "avx512_vnni", LEGACY,
-                ({"nt": 1, "u": 2}, {"nt": 1, "u": 4}, {"nt": 4, "u": 1}, {"nt": 8, "u": 1}),
+                ({"nt": 1, "u": 2, "pf": 8192}, {"nt": 1, "u": 4, "pf": 8192},
+                 {"nt": 4, "u": 1}, {"nt": 8, "u": 1}),
                 "AVX-512 VNNI: two blocks per vpdpbusd, zero points folded into the accumulator; "
-                + _TOKENS_DOC + ", u = block pairs per loop step"),
+                + _TOKENS_DOC + ", u = block pairs per loop step, pf = weight prefetch distance"),
     ) + K_VARIANTS,
     make_case=_case,
     reference=_reference,

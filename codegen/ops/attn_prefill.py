@@ -57,7 +57,8 @@ OP = Op(
     args=("q", "kc", "vc", "out", "pos", "seq", "n"),
     dims=("H", "Hkv", "D", "Dv", "C", "kv", "scale"),
     variants=(
-        Variant("generic", "generic", ("F32",), ({"vl": 4, "rb": 8, "bk": 16, "nmv": 2},),
+        Variant("generic", "generic", ("F32",), ({"vl": 4, "rb": 8, "bk": 16, "nmv": 2},
+                                                 {"vl": 4, "rb": 4, "bk": 32, "nmv": 2}),
                 "portable: 4-row vectors, 4x2 micro-tiles"),
         Variant("simd", "avx2", ("F32",), ({"vl": 8, "rb": 8, "bk": 32, "nmv": 2},
                                            {"vl": 8, "rb": 16, "bk": 32, "nmv": 2}), SIMD),

@@ -19,7 +19,7 @@ micro-tile). Pick rb so that M = rb*G fills several vectors: measured on AVX-512
 1 thread, (H, Hkv, D) = (14, 2, 64): rb=16 2.46 ms, rb=32 2.51 ms, rb=8/bk=64 2.92 ms; (16, 8, 128):
 rb=32 5.8 ms, rb=16 6.1 ms, rb=8/bk=64 16.2 ms (M = 16 rows: one vector per micro-tile).
 Stack: 4 * MP * (D + Dv + bk + 4) + 4 * bk * (D + Dv) bytes, MP = rb*G rounded up to vl
-(~250 KB for rb=32, G=7, D=128): run it on threads with the default 8 MB stacks.
+(~290 KB for rb=32, G=7, D=128): run it on threads with the default 8 MB stacks.
 Tolerance: as attn_decode (rtol 2e-5, atol 2e-5).
 """
 

@@ -65,6 +65,7 @@ class Event:
 
 
 DONE = None                     # sentinel: the request has no more events
+_EMPTY = object()               # no event within a poll interval
 
 
 class _Seq:
@@ -107,16 +108,27 @@ class Request:
             self.cancelled = True
             self._scheduler._wake()
 
-    def events(self, poll: float = 1.0) -> Iterator[Event]:
-        """Events until DONE. Polls so a stuck engine thread cannot hang the caller forever."""
+    def events(self, poll: float = 0.5, idle=None) -> Iterator[Event]:
+        """Events until DONE. Every `poll` seconds it checks that the engine thread lives and
+        calls `idle()`; when that returns False the request is cancelled (the caller is gone)
+        and the iteration ends."""
+        next_check = time.monotonic() + poll
         while True:
             try:
                 ev = self.out.get(timeout=poll)
             except queue.Empty:
-                if self._scheduler.alive:
-                    continue
-                yield Event(-1, None, time.monotonic(), error=SchedulerStopped("engine stopped"))
-                return
+                ev = _EMPTY
+            if ev is _EMPTY or time.monotonic() >= next_check:
+                next_check = time.monotonic() + poll
+                if idle is not None and idle() is False:
+                    self.cancel()
+                    return
+                if ev is _EMPTY and not self._scheduler.alive:
+                    yield Event(-1, None, time.monotonic(),
+                                error=SchedulerStopped("engine stopped"))
+                    return
+            if ev is _EMPTY:
+                continue
             if ev is DONE:
                 return
             yield ev

@@ -290,6 +290,18 @@ def test_disconnects_leave_nothing_running(server, client):
     assert http("GET", server.url + "/health")[0] == 200
 
 
+def test_non_streaming_client_timeout_cancels(server):
+    """A client that gives up on a non-streamed request frees its slot within a poll interval."""
+    impatient = server.client(timeout=0.5)
+    with pytest.raises(openai.APITimeoutError):
+        impatient.completions.create(model=MODEL, prompt="Once upon a time", max_tokens=1900,
+                                     extra_body={"ignore_eos": True})
+    t = time.monotonic() + 5
+    while server.metrics()["reame_running_requests"] != 0:
+        assert time.monotonic() < t, "the abandoned generation kept running"
+        time.sleep(0.05)
+
+
 @pytest.fixture(scope="module")
 def small_server(stories_path, tmp_path_factory):
     """Room for 2 generating + 2 waiting sequences; plenty of HTTP threads to say 429."""

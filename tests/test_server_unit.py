@@ -801,6 +801,48 @@ def test_disconnect_cancels_and_frees_slots(stories_model):
     stop_app(app)
 
 
+def test_client_connected_check():
+    import socket
+    from reame.server.responses import client_connected
+    assert client_connected({}) is None
+    a, b = socket.socketpair()
+    check = client_connected({"gunicorn.socket": a})
+    assert check() is True
+    b.sendall(b"GET / HTTP/1.1\r\n")            # a pipelined request is not a hang-up
+    assert check() is True
+    b.close()
+    a.recv(100)
+    assert check() is False
+    a.close()
+
+
+def test_non_streaming_request_of_a_departed_client_is_cancelled(stories_model):
+    import socket
+    engine = new_engine(stories_model, delay=0.02)
+    app = new_app(stories_model, engine=engine)
+    a, b = socket.socketpair()
+    env = testing.create_environ("/v1/completions", method="POST", body=json.dumps(
+        {"prompt": "Once", "max_tokens": 250, "ignore_eos": True}).encode(),
+        headers={"Content-Type": "application/json"})
+    env["gunicorn.socket"] = a
+    status = {}
+    done = threading.Event()
+
+    def run():
+        status["s"] = app(env, lambda s, h, e=None: status.setdefault("status", s))
+        done.set()
+
+    threading.Thread(target=run).start()
+    sched = app.reame.service.scheduler
+    assert wait_until(lambda: sched.running == 1)
+    b.close()                                         # the client hangs up
+    assert done.wait(5)
+    assert status["status"].startswith("499")
+    assert wait_until(lambda: sched.running == 0 and sched.running_seqs == 0, 2)
+    a.close()
+    stop_app(app)
+
+
 def test_queue_full_answers_429(stories_model):
     engine = new_engine(stories_model, max_seqs=1)
     engine.gate.clear()                              # the engine stalls: nothing finishes

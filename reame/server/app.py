@@ -15,7 +15,7 @@ import falcon
 
 from .config import ServerConfig
 from .metrics import Metrics
-from .responses import ClosingStream, Job
+from .responses import ClosingStream, Job, client_connected
 from .schemas import APIError, error_body, parse_chat, parse_completion, parse_json
 from .service import Loader, ModelService, build_service
 
@@ -83,7 +83,8 @@ class Generate:
         service.check_model(r.model)
         prompts = [service.chat_prompt(r)] if self.kind == "chat" else service.completion_prompts(r)
         t0 = getattr(req.context, "t_arrival", time.monotonic())
-        job = Job(service, r, prompts, self.metrics, self.endpoint, t0)
+        job = Job(service, r, prompts, self.metrics, self.endpoint, t0,
+                  connected=client_connected(req.env))
         try:
             job.wait_first()
         except BaseException:

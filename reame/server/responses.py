@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import json
 import logging
+import socket
 import time
 import uuid
-from typing import Iterator
+from typing import Callable, Iterator
 
 from .. import __version__
 from ..scheduler import EngineFailure, Event, RequestTimeout, SchedulerStopped
@@ -37,6 +38,33 @@ def error_for(e: BaseException, retry_after: int = 1) -> APIError:
     return APIError(500, f"internal error: {type(e).__name__}", "server_error", None, None)
 
 
+class ClientGone(APIError):
+    """The client closed its connection while waiting: nobody will read the answer."""
+
+    def __init__(self):
+        super().__init__(499, "Client closed the request.", "invalid_request_error", None,
+                         "client_closed_request")
+
+
+def client_connected(environ) -> Callable[[], bool] | None:
+    """A check that the client of this WSGI request is still connected, when the server exposes
+    its socket (gunicorn does): a peek that reads end-of-file means the peer closed."""
+    sock = environ.get("gunicorn.socket")
+    if sock is None or not hasattr(sock, "recv"):
+        return None
+
+    def connected() -> bool:
+        try:
+            return sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) != b""
+        except (BlockingIOError, InterruptedError):
+            return True                     # nothing to read: still connected
+        except ConnectionError:             # reset by the peer
+            return False
+        except (OSError, ValueError):       # e.g. a TLS socket, which cannot peek
+            return True
+    return connected
+
+
 class _Choice:
     __slots__ = ("index", "parts", "n_tokens", "logprobs", "finish_reason", "t_last", "offset")
 
@@ -56,7 +84,8 @@ class _Choice:
 
 class Job:
     def __init__(self, service, req: GenerationRequest, prompts: list[list[int]],
-                 metrics: Metrics | None, endpoint: str, t_arrival: float):
+                 metrics: Metrics | None, endpoint: str, t_arrival: float,
+                 connected: Callable[[], bool] | None = None):
         self.service, self.req, self.prompts = service, req, prompts
         self.metrics, self.endpoint, self.t_arrival = metrics, endpoint, t_arrival
         self.chat = req.kind == "chat"
@@ -74,7 +103,8 @@ class Job:
         self.first_token_seen = False
         self.recorded = False
         self.request = service.submit(req, prompts)      # may raise APIError (429, 503)
-        self._events = self.request.events()
+        self._events = self.request.events(idle=connected)
+        self._connected = connected
         self._first: Event | None = None
 
     # ---- lifecycle ----
@@ -88,6 +118,9 @@ class Job:
         if self._first is not None and self._first.error is not None:
             self._record()
             raise error_for(self._first.error, self.service.config.retry_after)
+        if self._first is None and self.request.cancelled:
+            self._record()
+            raise ClientGone()
 
     def events(self) -> Iterator[Event]:
         if self._first is not None:
@@ -193,6 +226,8 @@ class Job:
             self._record()
         if error is not None:
             raise error_for(error, self.service.config.retry_after)
+        if self.request.cancelled:
+            raise ClientGone()
         choices = []
         for ch in self.choices:
             reason = ch.finish_reason or "length"

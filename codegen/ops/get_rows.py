@@ -43,6 +43,6 @@ OP = Op(
     make_case=_case,
     reference=_reference,
     tolerance=_tolerance,
-    example_dims={"K": 896},
+    example_dims={"K": 4096},                         # whole blocks of every type
     doc="y[i, :] = dequantised row ids[i] of w (embedding lookup); threads split the n rows",
 )

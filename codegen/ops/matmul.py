@@ -129,6 +129,6 @@ OP = Op(
     make_case=_case,
     reference=_reference,
     tolerance=_tolerance,
-    example_dims={"M": 896, "K": 896, "acc": 0},
+    example_dims={"M": 896, "K": 4864, "acc": 0},     # Qwen2.5-0.5B ffn_down: whole blocks of every type
     doc="y[n, M] (+)= x[n, K] @ dequantise(W[M, K])^T with f32 activations (acc=1 adds into y)",
 )

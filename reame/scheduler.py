@@ -9,7 +9,7 @@ engine thread per process owns the engine and its KV cache. Each step it:
    sequences (a group of n sequences is admitted whole: its prompt is prefilled once, into the
    first slot, then copied to the others),
 3. builds ONE `Batch`: a decode token for every running sequence and prefill chunks of newly
-   admitted prompts (at most `prefill_chunk` prompt tokens per step),
+   admitted prompts (at most `prefill_chunk` tokens per step in all),
 4. calls `engine.forward` once and hands each logits row to its `Generation`(s),
 5. pushes each `Step` to its request's output queue and frees the slot of every finished sequence.
 
@@ -313,7 +313,9 @@ class Scheduler:
                 positions.append(s.gen.n_past - 1)
                 slots.append(s.slot)
                 consumers.append((g.request, [s]))
-        budget = self.prefill_chunk
+        # one step holds at most prefill_chunk tokens (decode tokens first): engines size their
+        # step buffers for that (the JIT engine's limit is max(512, max_seqs))
+        budget = self.prefill_chunk - len(tokens)
         for g in self._running:
             if not g.prefilling or budget <= 0:
                 continue

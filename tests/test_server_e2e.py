@@ -313,7 +313,7 @@ def small_server(stories_path, tmp_path_factory):
 
 def test_overload_gets_429_and_accepted_requests_complete(small_server):
     client = small_server.client()
-    n_req, n_tok = 16, 300
+    n_req, n_tok = 16, 1000
     start = threading.Barrier(n_req)
 
     def one(i):
@@ -397,6 +397,25 @@ def test_gunicorn_wsgi_entry_point(stories_path, tmp_path_factory):
         r = s.client().completions.create(model=MODEL, prompt="Once upon a time", max_tokens=8,
                                           temperature=0, stream=True)
         assert "".join(c.choices[0].text for c in r).startswith(", there was")
+    finally:
+        s.stop()
+
+
+def _other_engines():
+    from reame.engines import DEFAULT_ENGINE, ENGINES
+    return [e for e in ENGINES if e != DEFAULT_ENGINE]
+
+
+@pytest.mark.parametrize("engine", _other_engines())
+def test_other_engines_serve_expected_greedy_text(stories_path, stories_expected, engine,
+                                                  tmp_path_factory):
+    """The module's server runs the default engine; every other --engine serves the same text."""
+    s = ReameServer(stories_path, "--engine", engine, log_dir=tmp_path_factory.mktemp(engine))
+    try:
+        case = stories_expected["cases"][2]
+        stream = s.client().completions.create(model=MODEL, prompt=case["prompt"], max_tokens=64,
+                                               temperature=0, stream=True)
+        assert "".join(c.choices[0].text for c in stream) == case["greedy_text"]
     finally:
         s.stop()
 

@@ -113,7 +113,7 @@ def test_stream_through_nginx_chunk_by_chunk(stack, stories_expected):
     reame, url = stack
     client = openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0, timeout=60)
     # a long generation: its first chunks must reach us while Reame is still generating it
-    stream = client.completions.create(model=MODEL, prompt="Once upon a time", max_tokens=1500,
+    stream = client.completions.create(model=MODEL, prompt="Once upon a time", max_tokens=2000,
                                        stream=True, extra_body={"ignore_eos": True})
     it = iter(stream)
     first = next(it)
@@ -146,7 +146,7 @@ def test_nginx_forwards_each_event_as_it_comes(stack):
     host, port = url.removeprefix("http://").split(":")
     conn = http.client.HTTPConnection(host, int(port), timeout=30)
     conn.request("POST", "/v1/completions", json.dumps({
-        "model": MODEL, "prompt": "Once upon a time", "max_tokens": 1500, "stream": True,
+        "model": MODEL, "prompt": "Once upon a time", "max_tokens": 2000, "stream": True,
         "ignore_eos": True}), {"Content-Type": "application/json"})
     resp = conn.getresponse()
     assert resp.status == 200 and resp.getheader("Content-Type").startswith("text/event-stream")

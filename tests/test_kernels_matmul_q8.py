@@ -1,5 +1,6 @@
 """matmul_q8 for the legacy types (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1) against dequant(W) @ dequant(xq)^T
-in float64: every variant x tile at the native, avx2 and generic levels, ragged M (not a multiple
+in float64: every variant x tile at the native, avx2 and generic levels (and the vnni family at
+a forced avx512_vnni level, without VBMI), ragged M (not a multiple
 of anything, fewer rows than threads), K with odd block counts (loop, left-over pairs and a lone
 block), token counts that leave partial tiles, acc 0/1, 1/2/3 threads."""
 
@@ -33,9 +34,11 @@ def _params():
     out = []
     for dtype in TYPES:
         for M, K, acc in DIMS:
-            for level in LEVELS:
+            for level in LEVELS + (("avx512_vnni",) if "avx512_vnni" in detect().levels else ()):
                 isa = _isa(level)
                 for spec in OP.specs(dtype, isa, M=M, K=K, acc=acc):
+                    if level == "avx512_vnni" and spec.family != "vnni":
+                        continue            # vnni without VBMI/BF16 (a Cascade Lake-like target)
                     tiles = ",".join(f"{k}{v}" for k, v in spec.p.items() if k not in ("M", "K", "acc"))
                     out.append(pytest.param(spec, isa, id=f"{dtype}-M{M}K{K}a{acc}-{level}-{spec.family}-{tiles}"))
     return out

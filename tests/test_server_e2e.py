@@ -49,6 +49,10 @@ class ReameServer:
         self.log_path = Path(log_dir or "/tmp") / f"reame-serve-{self.port}.log"
         self._log = open(self.log_path, "wb")
         self._clients = []
+        if "--threads" not in args and "--workers" not in args:
+            # one compute thread: on a shared 2-core machine, kernels whose threads meet at spin
+            # barriers slow down badly when another process holds the other core
+            args = (*args, "--threads", "1")
         cmd = cmd or [sys.executable, "-m", "reame", "serve", str(model), "--host", "127.0.0.1",
                       "--port", str(self.port), *args]
         self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT,
@@ -105,7 +109,7 @@ class ReameServer:
 
 @pytest.fixture(scope="module")
 def server(stories_path, tmp_path_factory):
-    s = ReameServer(stories_path, "--max-seqs", "4", "--queue-size", "64",
+    s = ReameServer(stories_path, "--max-seqs", "4", "--queue-size", "64", "--ctx-size", LONG_CTX,
                     log_dir=tmp_path_factory.mktemp("serve"))
     yield s
     s.stop()
@@ -118,6 +122,8 @@ def client(server):
 
 
 MODEL = "stories260K"
+LONG_CTX = "8192"       # beyond the model's 2048: long generations that outlast client timeouts
+LONG = 8000             # max_tokens of a generation that must still be running when we hang up
 
 
 # ---- the API through the official client ----
@@ -245,7 +251,7 @@ def test_errors_through_client(client):
         client.chat.completions.create(model=MODEL, messages=[], max_tokens=1)
     assert e.value.body["param"] == "messages"
     with pytest.raises(openai.BadRequestError) as e:
-        client.completions.create(model=MODEL, prompt="Once upon a time " * 600, max_tokens=1)
+        client.completions.create(model=MODEL, prompt="Once upon a time " * 3000, max_tokens=1)
     assert e.value.body["code"] == "context_length_exceeded"
 
 
@@ -267,7 +273,7 @@ def test_disconnects_leave_nothing_running(server, client):
 
     def one(i):
         stream = client.completions.create(model=MODEL, prompt="Once upon a time",
-                                           max_tokens=1500, stream=True,
+                                           max_tokens=LONG, stream=True,
                                            extra_body={"ignore_eos": True})
         first = next(iter(stream))
         assert first.choices[0].text is not None
@@ -286,34 +292,36 @@ def test_disconnects_leave_nothing_running(server, client):
     time.sleep(0.3)
     generated = server.metrics()["reame_generation_tokens_total"] - before
     assert generated == m["reame_generation_tokens_total"] - before    # nothing still generating
-    assert generated < 50 * 1500 / 10                         # they were cut short, not finished
+    assert generated < 50 * LONG / 10                         # they were cut short, not finished
     assert http("GET", server.url + "/health")[0] == 200
 
 
 def test_non_streaming_client_timeout_cancels(server):
     """A client that gives up on a non-streamed request frees its slot within a poll interval."""
-    impatient = server.client(timeout=0.5)
+    before = server.metrics()["reame_generation_tokens_total"]
+    impatient = server.client(timeout=0.3)
     with pytest.raises(openai.APITimeoutError):
-        impatient.completions.create(model=MODEL, prompt="Once upon a time", max_tokens=1900,
-                                     extra_body={"ignore_eos": True})
+        impatient.completions.create(model=MODEL, prompt="Once upon a time", max_tokens=LONG,
+                                     n=4, extra_body={"ignore_eos": True})
     t = time.monotonic() + 5
     while server.metrics()["reame_running_requests"] != 0:
         assert time.monotonic() < t, "the abandoned generation kept running"
         time.sleep(0.05)
+    assert server.metrics()["reame_generation_tokens_total"] - before < 4 * LONG
 
 
 @pytest.fixture(scope="module")
 def small_server(stories_path, tmp_path_factory):
     """Room for 2 generating + 2 waiting sequences; plenty of HTTP threads to say 429."""
     s = ReameServer(stories_path, "--max-seqs", "2", "--queue-size", "2", "--http-threads", "32",
-                    log_dir=tmp_path_factory.mktemp("small"))
+                    "--ctx-size", LONG_CTX, log_dir=tmp_path_factory.mktemp("small"))
     yield s
     s.stop()
 
 
 def test_overload_gets_429_and_accepted_requests_complete(small_server):
     client = small_server.client()
-    n_req, n_tok = 16, 1000
+    n_req, n_tok = 16, 3000
     start = threading.Barrier(n_req)
 
     def one(i):
@@ -373,6 +381,11 @@ def test_api_key_from_environment(stories_path, tmp_path_factory):
 def test_two_workers_share_metrics(stories_path, tmp_path_factory):
     s = ReameServer(stories_path, "--workers", "2", log_dir=tmp_path_factory.mktemp("w2"))
     try:
+        # /health answered by one worker; wait until both have loaded their replica
+        t = time.monotonic() + 60
+        while s.metrics()["reame_model_loaded"] != 2:
+            assert time.monotonic() < t, s.log()
+            time.sleep(0.2)
         client = s.client()
         with ThreadPoolExecutor(4) as pool:
             list(pool.map(lambda i: client.completions.create(model=MODEL, prompt="Once",
@@ -392,7 +405,7 @@ def test_gunicorn_wsgi_entry_point(stories_path, tmp_path_factory):
            "reame.wsgi:app"]
     s = ReameServer(None, cmd=cmd, port=port, log_dir=tmp_path_factory.mktemp("wsgi"),
                     env={"REAME_MODEL": str(stories_path), "REAME_BIND": f"127.0.0.1:{port}",
-                         "REAME_MAX_SEQS": "2"})
+                         "REAME_MAX_SEQS": "2", "REAME_THREADS": "1"})
     try:
         r = s.client().completions.create(model=MODEL, prompt="Once upon a time", max_tokens=8,
                                           temperature=0, stream=True)

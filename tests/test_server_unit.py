@@ -583,7 +583,9 @@ def test_stream_completion_logprobs_and_echo(client):
 # ---- errors: every one is a 4xx with OpenAI's body ----
 
 BAD_JSON = [b"{", b"[1, 2]", b"", b'"text"', b'{"prompt": "\xff\xfe"}', b'{"prompt": NaN}',
-            b"[" * 100000]
+            b"[" * 100000, b'{"prompt": "\\ud800 x", "messages": [{"role": "user", '
+            b'"content": "\\udfff"}]}', b'{"model": "\\uD800", "prompt": "x", "messages": []}',
+            b'{"prompt": "x", "messages": [], "stop": {"\\ud800": 1}}']
 
 
 @pytest.mark.parametrize("raw", BAD_JSON)
@@ -1084,3 +1086,80 @@ def test_scheduler_errors_and_stop(sched_engine, tok):
         assert isinstance(drain(r, 5)[-1].error, SchedulerStopped)
     with pytest.raises(SchedulerStopped):
         s.submit([ids], [[greedy_gen(tok, ids)]])
+
+
+# ---- fuzzing: whatever a client sends, the answer is 2xx or an OpenAI-shaped 4xx ----
+
+def _fuzz_strategies(path):
+    """Mostly valid bodies (a few fields set to valid values), with 0-2 fields then replaced by
+    arbitrary JSON: deep enough to reach generation, wide enough to hit every check."""
+    from hypothesis import strategies as st
+    scalar = (st.none() | st.booleans() | st.integers(-2**70, 2**70)
+              | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=12))
+    anything = st.recursive(scalar, lambda c: st.lists(c, max_size=3)
+                            | st.dictionaries(st.text(max_size=6), c, max_size=3), max_leaves=8)
+    unit = st.floats(0.0, 1.0, allow_nan=False)
+    part = st.fixed_dictionaries({"type": st.just("text"), "text": st.text(max_size=20)})
+    message = st.fixed_dictionaries({
+        "role": st.sampled_from(["system", "user", "assistant", "tool", "developer"]),
+        "content": st.text(max_size=40) | st.lists(part, max_size=3)})
+    good = {
+        "model": st.sampled_from(["stories260K", "llama", "stories260K.gguf"]),
+        "max_tokens": st.integers(1, 24), "temperature": st.floats(0.0, 2.0),
+        "top_p": unit, "top_k": st.integers(-1, 50), "min_p": unit,
+        "repetition_penalty": st.floats(0.5, 2.0), "presence_penalty": st.floats(-2.0, 2.0),
+        "frequency_penalty": st.floats(-2.0, 2.0), "seed": st.integers(-2**63, 2**64),
+        "n": st.integers(1, 4), "stop": st.text(max_size=3) | st.lists(st.text(max_size=3),
+                                                                           max_size=4),
+        "logit_bias": st.dictionaries(st.integers(0, 511).map(str), st.floats(-100, 100),
+                                      max_size=3),
+        "stream": st.booleans(), "ignore_eos": st.booleans(),
+    }
+    if path == C:
+        good.update(prompt=st.text(max_size=60) | st.lists(st.text(max_size=20), min_size=1,
+                                                           max_size=3)
+                    | st.lists(st.integers(0, 511), min_size=1, max_size=8),
+                    logprobs=st.integers(0, 20), echo=st.booleans())
+        required = "prompt"
+    else:
+        good.update(messages=st.lists(message, min_size=1, max_size=4),
+                    logprobs=st.booleans(), max_completion_tokens=st.integers(1, 24),
+                    chat_template_kwargs=st.dictionaries(st.sampled_from(["a", "b"]),
+                                                         st.booleans()))
+        required = "messages"
+    names = sorted(good)
+
+    @st.composite
+    def body(draw):
+        keys = draw(st.sets(st.sampled_from(names), max_size=6)) | {required}
+        b = {k: draw(good[k]) for k in keys}
+        if b.get("logprobs") is True and draw(st.booleans()):
+            b["top_logprobs"] = draw(st.integers(0, 20))
+        if b.get("stream") and draw(st.booleans()):
+            b["stream_options"] = {"include_usage": draw(st.booleans())}
+        for k in draw(st.lists(st.sampled_from(names + ["tools", "response_format", "suffix",
+                                                        "best_of", "tool_choice"]),
+                               max_size=2)):
+            b[k] = draw(anything)
+        return b
+    return body()
+
+
+@pytest.mark.parametrize("path", [C, M])
+def test_fuzz_never_5xx(client, path):
+    from hypothesis import HealthCheck, given, settings
+
+    @settings(max_examples=120, deadline=None, derandomize=True,
+              suppress_health_check=list(HealthCheck))
+    @given(body=_fuzz_strategies(path))
+    def check(body):
+        body.setdefault("max_tokens", 8)
+        r = post(client, path, body)
+        assert r.status_code < 500, (body, r.status_code, r.text)
+        if r.status_code >= 400:
+            assert_error(r, r.status_code)
+        elif body.get("stream") is True:
+            for ev in sse_events(r.text)[:-1]:
+                assert "error" not in ev, (body, ev)
+
+    check()

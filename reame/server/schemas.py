@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass, field
 
 from ..sampling import SamplingParams
@@ -80,7 +81,30 @@ def parse_json(raw: bytes) -> dict:
         raise invalid(None, f"The request body is not valid JSON: {e}") from None
     if not isinstance(body, dict):
         raise invalid(None, "The request body must be a JSON object.")
+    if b"\\ud" in raw.lower() and _has_surrogate(body):
+        raise invalid(None, "The request body contains invalid Unicode: an unpaired surrogate "
+                      "(\\ud800-\\udfff) escape.")
     return body
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _has_surrogate(x) -> bool:
+    """Whether any string in a decoded JSON value holds a lone surrogate (from a \\uXXXX escape:
+    raw UTF-8 cannot carry one). Such strings cannot be encoded back to UTF-8."""
+    stack = [x]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, str):
+            if _SURROGATE.search(v):
+                return True
+        elif isinstance(v, dict):
+            stack.extend(v.keys())
+            stack.extend(v.values())
+        elif isinstance(v, list):
+            stack.extend(v)
+    return False
 
 
 # ---- field readers: each returns a value or raises a 400 naming the field ----

@@ -36,6 +36,8 @@ def model_names(engine, config: ServerConfig) -> list[str]:
         names.append(cfg_name)
     if config.model_alias:
         names.insert(0, config.model_alias)
+    # a file name that is not UTF-8 comes back with surrogate escapes: JSON could not carry it
+    names = [n.encode("utf-8", "surrogateescape").decode("utf-8", "replace") for n in names]
     names = [n for i, n in enumerate(names) if n and n not in names[:i]]
     return names or ["reame"]
 

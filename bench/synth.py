@@ -585,3 +585,35 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def requantize(src: str | os.PathLike, dst: str | os.PathLike, type_name: str) -> Path:
+    """Copy a GGUF model with its 2-D weights quantised to `type_name` by gguf.quants (types it
+    can quantise: F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1). Rows whose length does not fit the
+    block stay as they are; metadata (tokenizer included) is copied unchanged. Turns a real
+    trained F32 model (stories260K) into a quantised one with realistic logit margins."""
+    from reame.gguf_file import GGUFFile
+    dst = Path(dst)
+    gf = GGUFFile(src)
+    target = GGMLQuantizationType[type_name]
+    block = GGML_QUANT_SIZES[target][0]
+    tmp = dst.with_name(dst.name + f".tmp{os.getpid()}")
+    w = _Writer(str(tmp), gf.metadata["general.architecture"])
+    for k, v in gf.metadata.items():
+        if k.startswith("GGUF.") or k == "general.architecture":
+            continue
+        val, vtype, sub = gguf_value(v)
+        w.add_key_value(k, val, vtype, sub_type=sub)
+    for name, t in gf.tensors.items():
+        data = t.dequantize()
+        if len(t.shape) == 2 and t.shape[0] % block == 0:
+            q = quants.quantize(data, target)
+            w.add_tensor(name, q, raw_shape=q.shape, raw_dtype=target)
+        else:
+            w.add_tensor(name, data)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    os.replace(tmp, dst)
+    return dst

@@ -13,6 +13,7 @@ import math
 import numpy as np
 
 from .batch import Batch
+from .codegen import q8a
 from .config import ModelConfig
 from .kv_cache import DEFAULT_MAX_CTX, KVCache
 from .model import Model
@@ -76,7 +77,7 @@ class ReferenceEngine:
     name = "reference"
 
     def __init__(self, model: Model, n_ctx: int | None = None, max_seqs: int = 4,
-                 kv_dtype: str = "f32"):
+                 kv_dtype: str = "f32", act_quant: bool = False):
         self.model, self.config = model, model.config
         c = self.config
         self.n_ctx = n_ctx or min(c.n_ctx_train, DEFAULT_MAX_CTX)
@@ -84,8 +85,18 @@ class ReferenceEngine:
                           c.head_dim_v, kv_dtype)
         w = {name: t.dequantize() for name, t in model.tensors.items()}
         self.w = w
-        self.w_out = w["token_embd.weight"] if c.tied_embeddings else w["output.weight"]
+        self.out_name = "token_embd.weight" if c.tied_embeddings else "output.weight"
         self.freq_factors = w.get("rope_freqs.weight")
+        # act_quant: round the input of every quantised-weight product through Q8A, as the JIT's
+        # integer-dot kernels (and llama.cpp's) do; the oracle for that path
+        self.act_quant = {name for name, t in model.tensors.items()
+                          if act_quant and t.type.quantized and t.shape[0] % 32 == 0}
+
+    def linear(self, x: np.ndarray, name: str) -> np.ndarray:
+        """x @ W^T for the weight `name` (x [n, K] -> [n, rows of W])."""
+        if name in self.act_quant:
+            x = q8a.dequantize_rows(q8a.quantize_rows(x), x.shape[1])
+        return x @ self.w[name].T
 
     def forward(self, batch: Batch) -> np.ndarray:
         """Logits [len(batch.logits_rows), n_vocab] for a batch of tokens (see Batch)."""
@@ -101,9 +112,9 @@ class ReferenceEngine:
             p = f"blk.{il}."
             # ---- attention block ----
             h = rms_norm(x, w[p + "attn_norm.weight"], c.rms_eps)     # [n, n_embd]
-            q = h @ w[p + "attn_q.weight"].T                          # [n, n_head * head_dim]
-            k = h @ w[p + "attn_k.weight"].T                          # [n, n_head_kv * head_dim]
-            v = h @ w[p + "attn_v.weight"].T                          # [n, n_head_kv * head_dim_v]
+            q = self.linear(h, p + "attn_q.weight")                   # [n, n_head * head_dim]
+            k = self.linear(h, p + "attn_k.weight")                   # [n, n_head_kv * head_dim]
+            v = self.linear(h, p + "attn_v.weight")                   # [n, n_head_kv * head_dim_v]
             if c.qkv_bias:
                 q, k, v = q + w[p + "attn_q.bias"], k + w[p + "attn_k.bias"], v + w[p + "attn_v.bias"]
             q = q.reshape(n, c.n_head, c.head_dim)
@@ -123,10 +134,10 @@ class ReferenceEngine:
                     s = keys[hk] @ q[i, hq] * scale                   # [T]
                     s = np.exp(s - s.max())
                     att[i, hq] = (s / s.sum()) @ vals[hk]
-            x = x + att.reshape(n, -1) @ w[p + "attn_output.weight"].T
+            x = x + self.linear(att.reshape(n, -1), p + "attn_output.weight")
             # ---- feed-forward block (SwiGLU) ----
             h = rms_norm(x, w[p + "ffn_norm.weight"], c.rms_eps)
-            g = silu(h @ w[p + "ffn_gate.weight"].T) * (h @ w[p + "ffn_up.weight"].T)  # [n, n_ff]
-            x = x + g @ w[p + "ffn_down.weight"].T
+            g = silu(self.linear(h, p + "ffn_gate.weight")) * self.linear(h, p + "ffn_up.weight")
+            x = x + self.linear(g, p + "ffn_down.weight")             # g: [n, n_ff]
         x = rms_norm(x[batch.logits_rows], w["output_norm.weight"], c.rms_eps)
-        return x @ self.w_out.T                                       # [m, n_vocab]
+        return self.linear(x, self.out_name)                          # [m, n_vocab]

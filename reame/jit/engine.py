@@ -34,16 +34,17 @@ class JITEngine:
 
     def __init__(self, model: Model, n_ctx: int, max_seqs: int = 4, kv_dtype: str = "f32",
                  threads: int | None = None, max_batch_tokens: int = MAX_BATCH_TOKENS,
-                 isa=None):
+                 isa=None, int_dot: bool = True, max_logits: int | None = None):
         self.model, self.config = model, model.config
         c = self.config
         self.n_ctx = n_ctx
         self.isa = isa or detect()
         self.max_tokens = max(max_batch_tokens, max_seqs)
-        self.max_logits = max(max_seqs, 16)
+        self.max_logits = max_logits or max(max_seqs, 16)   # logits rows one step can return
         self.kv = KVCache(c.n_layer, max_seqs, c.n_head_kv, n_ctx, c.head_dim, c.head_dim_v,
                           kv_dtype)
         self.kv_dtype = kv_dtype
+        self.int_dot = int_dot     # quantised weights x Q8A activations (False: f32 activations)
         self.pool = NativePool(threads, self.isa)
         self.threads = self.pool.nth
         self.table = DispatchTable()
@@ -96,7 +97,8 @@ class JITEngine:
             read x as Q8A, made once per producer (`quantized` names the buffers already made)."""
             t = m.tensor(site)
             K, Mo = t.shape[0], t.n_rows
-            if t.type.quantized and int_path(t.type.name, isa) and self.qbuf.get(xname) is not None:
+            if (self.int_dot and t.type.quantized and int_path(t.type.name, isa)
+                    and self.qbuf.get(xname) is not None):
                 xq = self.qbuf[xname]
                 if xname not in quantized:
                     P.op(f"quantize.{site}", choose("quantize_q8", "F32", isa, phase, K=K),

@@ -1,0 +1,328 @@
+"""End-to-end engine benchmark: Reame's JIT engine beside llama.cpp on the same GGUF and threads.
+
+    python -m bench.engine [--models qwen2-0.5b:Q8_0,tinyllama-1.1b:Q4_K_M] [--threads 2]
+                           [--prompt 512] [--gen 128] [--batches 1,4,8] [--rounds 2]
+                           [--llama-python PATH] [--json PATH] [--markdown docs/benchmarks.md]
+
+Per model (a synthetic GGUF from bench/synth.py, written once and cached):
+- Reame in fresh processes: cold start (empty kernel cache) and warm start (the cache filled by
+  the cold run), prefill tok/s of a `--prompt`-token prompt, decode tok/s over `--gen` tokens,
+  aggregate decode tok/s at each batch size, the share of a decode step spent outside kernels
+  (Python, ctypes, launch and barrier waits: wall time minus thread 0's time inside kernels,
+  sampled by the dispatch table), and peak RSS;
+- llama.cpp through llama-cpp-python (in this interpreter if it imports, else in
+  `--llama-python` / $REAME_LLAMA_PYTHON): prefill and decode tok/s on the same file, prompt
+  and thread count.
+Measurements alternate between the two engines for `--rounds` rounds and keep each one's best,
+because this machine is shared and noisy; ratios are computed within one run. Before timing,
+each Reame worker checks its first-step logits against the numpy reference engine.
+Results: JSON (default bench/results/engine.json) and a Markdown table written into
+docs/benchmarks.md between markers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parent.parent
+DEFAULT_MODELS = "qwen2-0.5b:Q8_0,tinyllama-1.1b:Q4_K_M"
+MARK_BEGIN, MARK_END = "<!-- bench.engine:begin -->", "<!-- bench.engine:end -->"
+
+
+def bench_dir() -> Path:
+    d = Path(os.environ.get("REAME_BENCH_DIR") or Path.home() / ".cache" / "reame" / "bench")
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def prompt_tokens(n_vocab: int, n: int, seed: int = 0) -> list[int]:
+    rng = np.random.default_rng(seed)
+    return [int(t) for t in rng.integers(100, n_vocab - 1, n)]
+
+
+# ---------------------------------------------------------------------------------- workers
+def worker_reame(a) -> dict:
+    t0 = time.perf_counter()
+    from reame.batch import Batch
+    from reame.jit.engine import JITEngine
+    from reame.model import load_model
+
+    model = load_model(a.model)
+    t_load = time.perf_counter()
+    n_ctx = a.prompt + a.gen + 64          # + the steps of the out-of-kernel measurement
+    max_seqs = max(a.batches)
+    eng = JITEngine(model, n_ctx=n_ctx, max_seqs=max_seqs, threads=a.threads)
+    t_ready = time.perf_counter()
+    c = model.config
+    toks = prompt_tokens(c.n_vocab, a.prompt)
+    out = {"engine": "reame", "threads": eng.threads, "load_s": t_load - t0,
+           "build_s": t_ready - t_load, "start_s": t_ready - t0, "kernels": len(eng.kernels),
+           "isa": eng.isa.level, "kv_bytes": eng.kv.nbytes,
+           "file_bytes": os.path.getsize(a.model)}
+    if a.validate:
+        from reame.reference import ReferenceEngine
+        ref = ReferenceEngine(model, n_ctx=64, max_seqs=1)
+        want = ref.forward(Batch.prefill(toks[:8], 0, 0))[0]
+        del ref
+        got = eng.forward(Batch.prefill(toks[:8], 0, 0))[0]
+        cos = float(want @ got / np.linalg.norm(want) / np.linalg.norm(got))
+        out["validate_cos"] = cos
+        if cos < 0.999:
+            raise SystemExit(f"validation failed: cosine {cos:.6f} between JIT and reference")
+
+    # prefill: the prompt in chunks of the engine's step size, then decode greedily
+    def prefill(slot, tokens):
+        logits = None
+        for s in range(0, len(tokens), eng.max_tokens):
+            logits = eng.forward(Batch.prefill(tokens[s:s + eng.max_tokens], s, slot))
+        return logits
+
+    best_pf = best_dec = 0.0
+    for _ in range(a.rounds):
+        t = time.perf_counter()
+        logits = prefill(0, toks)
+        best_pf = max(best_pf, len(toks) / (time.perf_counter() - t))
+        tok, pos = int(logits[0].argmax()), len(toks)
+        t = time.perf_counter()
+        for _ in range(a.gen):
+            logits = eng.forward(Batch.decode([tok], [pos], [0]))
+            tok, pos = int(logits[0].argmax()), pos + 1
+        best_dec = max(best_dec, a.gen / (time.perf_counter() - t))
+    out["prefill_tps"], out["decode_tps"] = best_pf, best_dec
+
+    # share of a decode step outside kernels (thread 0's kernel time sampled on every step)
+    eng.table.reset_stats()
+    eng.sample_every = 1
+    n_steps, wall = 32, 0.0
+    for _ in range(n_steps):
+        t = time.perf_counter()
+        logits = eng.forward(Batch.decode([tok], [pos], [0]))
+        wall += time.perf_counter() - t
+        tok, pos = int(logits[0].argmax()), pos + 1
+    eng.sample_every = 0
+    in_kernels = sum(s["seconds"] for s in eng.table.slot_stats() if s["slot"].endswith("@single"))
+    out["decode_step_ms"] = wall / n_steps * 1e3
+    out["out_of_kernel_share"] = max(0.0, 1.0 - in_kernels / wall)
+
+    # aggregate decode throughput at each batch size (short prompts, then B tokens a step)
+    agg = {}
+    for B in a.batches:
+        short = toks[:128]
+        for s in range(B):
+            prefill(s, short)
+        cur = [int(x) for x in prompt_tokens(c.n_vocab, B, seed=B)]
+        pos = [len(short)] * B
+        steps = max(8, a.gen // 4)
+        t = time.perf_counter()
+        for _ in range(steps):
+            logits = eng.forward(Batch.decode(cur, pos, list(range(B))))
+            cur = [int(r.argmax()) for r in logits]
+            pos = [p + 1 for p in pos]
+        agg[str(B)] = B * steps / (time.perf_counter() - t)
+    out["batch_decode_tps"] = agg
+    eng.close()
+    out["peak_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    return out
+
+
+def worker_llama(a) -> dict:
+    import llama_cpp
+    from llama_cpp import Llama
+
+    t0 = time.perf_counter()
+    llm = Llama(model_path=a.model, n_threads=a.threads, n_threads_batch=a.threads,
+                n_ctx=a.prompt + a.gen + 16, n_batch=512, n_ubatch=512, verbose=False)
+    t_ready = time.perf_counter()
+    toks = prompt_tokens(llm.n_vocab(), a.prompt)
+    best_pf = best_dec = 0.0
+    for _ in range(a.rounds):
+        llm.reset()
+        t = time.perf_counter()
+        llm.eval(toks)
+        best_pf = max(best_pf, len(toks) / (time.perf_counter() - t))
+        tok = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+        t = time.perf_counter()
+        for _ in range(a.gen):
+            llm.eval([tok])
+            tok = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+        best_dec = max(best_dec, a.gen / (time.perf_counter() - t))
+    return {"engine": "llama.cpp", "version": llama_cpp.__version__, "threads": a.threads,
+            "start_s": t_ready - t0, "prefill_tps": best_pf, "decode_tps": best_dec,
+            "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+
+
+# ---------------------------------------------------------------------------------- driver
+def run_worker(python: str, kind: str, model: Path, a, env_extra: dict | None = None,
+               validate: bool = False) -> dict:
+    cmd = [python, "-m", "bench.engine", "--worker", kind, "--model", str(model),
+           "--threads", str(a.threads), "--prompt", str(a.prompt), "--gen", str(a.gen),
+           "--rounds", "1", "--batches", ",".join(map(str, a.batches))]
+    if validate:
+        cmd.append("--validate")
+    env = {**os.environ, "PYTHONPATH": str(REPO), **(env_extra or {})}
+    r = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"{kind} worker failed:\n{r.stderr[-3000:]}")
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def llama_python(a) -> str | None:
+    try:
+        import llama_cpp  # noqa: F401
+        return sys.executable
+    except ImportError:
+        pass
+    cand = a.llama_python or os.environ.get("REAME_LLAMA_PYTHON")
+    if cand and subprocess.run([cand, "-c", "import llama_cpp"], capture_output=True).returncode == 0:
+        return cand
+    return None
+
+
+def best(runs: list[dict], key: str):
+    vals = [r[key] for r in runs if key in r]
+    return max(vals) if vals else None
+
+
+def bench_model(spec: str, a) -> dict:
+    from bench.synth import synth_model
+    shape, mix = spec.split(":")
+    t = time.perf_counter()
+    path = synth_model(bench_dir(), shape, mix)
+    print(f"== {shape} {mix}: {path} ({path.stat().st_size / 2**20:.0f} MiB, "
+          f"ready in {time.perf_counter() - t:.1f} s)", flush=True)
+    lpy = llama_python(a)
+    cache = tempfile.mkdtemp(prefix="reame-bench-cache-")
+    env = {"REAME_CACHE_DIR": cache}
+    cold = run_worker(sys.executable, "reame", path, a, env, validate=not a.no_validate)
+    print(f"   reame cold start {cold['start_s']:.2f} s (kernels built {cold['build_s']:.2f} s)",
+          flush=True)
+    reame_runs, llama_runs = [cold], []
+    for r in range(a.rounds):
+        reame_runs.append(run_worker(sys.executable, "reame", path, a, env))
+        print(f"   round {r + 1}: reame prefill {reame_runs[-1]['prefill_tps']:.1f} decode "
+              f"{reame_runs[-1]['decode_tps']:.1f} tok/s", flush=True)
+        if lpy:
+            llama_runs.append(run_worker(lpy, "llama", path, a))
+            print(f"            llama.cpp prefill {llama_runs[-1]['prefill_tps']:.1f} decode "
+                  f"{llama_runs[-1]['decode_tps']:.1f} tok/s", flush=True)
+    warm = reame_runs[1:]
+    res = {"model": shape, "mix": mix, "file": str(path), "file_bytes": path.stat().st_size,
+           "threads": cold["threads"], "isa": cold["isa"], "prompt": a.prompt, "gen": a.gen,
+           "reame": {
+               "prefill_tps": best(reame_runs, "prefill_tps"),
+               "decode_tps": best(reame_runs, "decode_tps"),
+               "batch_decode_tps": {B: max(r["batch_decode_tps"][B] for r in reame_runs)
+                                    for B in reame_runs[0]["batch_decode_tps"]},
+               "out_of_kernel_share": min(r["out_of_kernel_share"] for r in reame_runs),
+               "decode_step_ms": min(r["decode_step_ms"] for r in reame_runs),
+               "cold_start_s": cold["start_s"],
+               "warm_start_s": min(r["start_s"] for r in warm) if warm else None,
+               "kernels": cold["kernels"],
+               # the cold run also holds the reference engine's f32 weights (validation)
+               "peak_rss_bytes": max(r["peak_rss_bytes"] for r in (warm or reame_runs)),
+               "kv_bytes": cold["kv_bytes"],
+               "validate_cos": cold.get("validate_cos")},
+           "llama.cpp": None}
+    if llama_runs:
+        res["llama.cpp"] = {"version": llama_runs[0]["version"],
+                            "prefill_tps": best(llama_runs, "prefill_tps"),
+                            "decode_tps": best(llama_runs, "decode_tps"),
+                            "start_s": min(r["start_s"] for r in llama_runs)}
+    rm = res["reame"]
+    agg = rm["batch_decode_tps"]
+    b1 = agg.get("1")
+    rm["batch_scaling"] = {B: v / b1 for B, v in agg.items()} if b1 else {}
+    rm["rss_budget_bytes"] = res["file_bytes"] + rm["kv_bytes"] + 300 * 2**20
+    if res["llama.cpp"]:
+        lc = res["llama.cpp"]
+        res["ratio"] = {"prefill": rm["prefill_tps"] / lc["prefill_tps"],
+                        "decode": rm["decode_tps"] / lc["decode_tps"]}
+    return res
+
+
+def markdown(results: list[dict], when: str) -> str:
+    lines = [f"Measured {when} by `python -m bench.engine` on this machine "
+             f"({results[0]['threads']} threads, ISA level {results[0]['isa']}); prompt "
+             f"{results[0]['prompt']} tokens, decode {results[0]['gen']} tokens, best of the "
+             "rounds; llama.cpp through llama-cpp-python on the same file and threads.", "",
+             "| model | Reame prefill tok/s | llama.cpp prefill | ratio | Reame decode tok/s | "
+             "llama.cpp decode | ratio | batch 1 / 4 / 8 aggregate tok/s | batch-8 scaling | "
+             "out-of-kernel share | cold / warm start s | peak RSS MiB (budget) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        rm, lc = r["reame"], r["llama.cpp"] or {}
+        agg = rm["batch_decode_tps"]
+        f = lambda v, p=1: "-" if v is None else f"{v:.{p}f}"  # noqa: E731
+        lines.append(
+            f"| {r['model']} {r['mix']} ({r['file_bytes'] / 2**20:.0f} MiB) | "
+            f"{f(rm['prefill_tps'])} | {f(lc.get('prefill_tps'))} | "
+            f"{f(r.get('ratio', {}).get('prefill'), 2)} | {f(rm['decode_tps'])} | "
+            f"{f(lc.get('decode_tps'))} | {f(r.get('ratio', {}).get('decode'), 2)} | "
+            f"{' / '.join(f(agg.get(b)) for b in ('1', '4', '8'))} | "
+            f"{f(rm['batch_scaling'].get('8'), 2)}x | {rm['out_of_kernel_share'] * 100:.1f}% | "
+            f"{f(rm['cold_start_s'], 2)} / {f(rm['warm_start_s'], 2)} | "
+            f"{rm['peak_rss_bytes'] / 2**20:.0f} ({rm['rss_budget_bytes'] / 2**20:.0f}) |")
+    return "\n".join(lines)
+
+
+def write_markdown(path: Path, table: str) -> None:
+    text = path.read_text() if path.exists() else "# Benchmarks\n"
+    block = f"{MARK_BEGIN}\n## Engine (bench/engine.py)\n\n{table}\n{MARK_END}"
+    if MARK_BEGIN in text and MARK_END in text:
+        head, rest = text.split(MARK_BEGIN, 1)
+        text = head + block + rest.split(MARK_END, 1)[1]
+    else:
+        text = text.rstrip() + "\n\n" + block + "\n"
+    path.write_text(text)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--models", default=DEFAULT_MODELS, help="shape:mix,... (bench/synth.py names)")
+    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--prompt", type=int, default=512)
+    p.add_argument("--gen", type=int, default=128)
+    p.add_argument("--batches", default="1,4,8")
+    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--llama-python", default=None, help="a python that can import llama_cpp")
+    p.add_argument("--json", default=str(REPO / "bench" / "results" / "engine.json"))
+    p.add_argument("--markdown", default=str(REPO / "docs" / "benchmarks.md"))
+    p.add_argument("--no-validate", action="store_true")
+    p.add_argument("--worker", choices=("reame", "llama"), help=argparse.SUPPRESS)
+    p.add_argument("--model", help=argparse.SUPPRESS)
+    p.add_argument("--validate", action="store_true", help=argparse.SUPPRESS)
+    a = p.parse_args(argv)
+    a.batches = [int(b) for b in a.batches.split(",")]
+    if a.worker:
+        if a.threads is None:
+            from reame.codegen.runtime import default_threads
+            a.threads = default_threads()
+        out = worker_reame(a) if a.worker == "reame" else worker_llama(a)
+        print(json.dumps(out))
+        return 0
+    if a.threads is None:
+        from reame.codegen.runtime import default_threads
+        a.threads = default_threads()
+    results = [bench_model(m, a) for m in a.models.split(",")]
+    when = time.strftime("%Y-%m-%d")
+    Path(a.json).parent.mkdir(parents=True, exist_ok=True)
+    Path(a.json).write_text(json.dumps({"date": when, "results": results}, indent=2))
+    table = markdown(results, when)
+    print("\n" + table)
+    if a.markdown:
+        write_markdown(Path(a.markdown), table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

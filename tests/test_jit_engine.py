@@ -1,0 +1,232 @@
+"""The JIT engine against llama.cpp's outputs and against the numpy reference engine."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from bench.synth import MIXES, synth_model
+from reame.batch import Batch
+from reame.dispatch import VariantRejected
+from reame.jit.engine import JITEngine
+from reame.model import load_model
+from reame.reference import ReferenceEngine
+
+SHAPES = ("tiny-llama", "tiny-qwen2", "tiny-qwen3")
+FLOAT_MIXES = ("F32", "F16", "BF16")
+N_POS = 256
+
+
+def greedy(engine, prompt, n, slot=0):
+    logits = engine.forward(Batch.prefill(prompt, 0, slot))
+    first = logits[0].copy()
+    out, pos = [], len(prompt)
+    tok = int(first.argmax())
+    for _ in range(n):
+        out.append(tok)
+        tok = int(engine.forward(Batch.decode([tok], [pos], [slot]))[0].argmax())
+        pos += 1
+    return first, out
+
+
+@pytest.fixture(scope="module")
+def stories_jit(stories_model):
+    eng = JITEngine(stories_model, n_ctx=256, max_seqs=4, threads=2)
+    yield eng
+    eng.close()
+
+
+def test_stories_matches_llama_cpp(stories_jit, stories_expected):
+    for case in stories_expected["cases"]:
+        first, toks = greedy(stories_jit, case["prompt_tokens"], len(case["greedy_tokens"]))
+        np.testing.assert_allclose(first, np.array(case["first_step_logits"]), atol=2e-3, rtol=0)
+        assert toks == case["greedy_tokens"], case["prompt"]
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+def test_stories_thread_counts(stories_model, stories_expected, threads):
+    eng = JITEngine(stories_model, n_ctx=128, max_seqs=1, threads=threads)
+    try:
+        case = stories_expected["cases"][1]
+        _, toks = greedy(eng, case["prompt_tokens"], 32)
+        assert toks == case["greedy_tokens"][:32]
+    finally:
+        eng.close()
+
+
+def _cos(a, b):
+    return (a * b).sum(-1) / np.linalg.norm(a, axis=-1) / np.linalg.norm(b, axis=-1)
+
+
+def _positions_logits(engine, toks):
+    """Logits at every position of one 256-token sequence, as two prefill chunks."""
+    half = len(toks) // 2
+    a = engine.forward(Batch.prefill(toks[:half], 0, 0, all_logits=True))
+    b = engine.forward(Batch.build(toks[half:], np.arange(half, len(toks)), 0))
+    return np.concatenate([a, b])
+
+
+@pytest.fixture(scope="module")
+def synth_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("synth")
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("mix", MIXES)
+def test_synthetic_models_agree_with_reference(synth_dir, shape, mix):
+    """Every tensor type, 256 positions. The float path (weights dequantised in registers, f32
+    activations): cosine >= 0.9999 (F32/F16/BF16) or >= 0.999 (quantised) and the same top-1 on
+    >= 99% of positions. The integer-dot path (activations rounded to 8 bits per 32-block, as
+    llama.cpp does) on these random-weight models, whose logits have many near-ties: cosine
+    >= 0.999 to the plain reference, and close to the reference that rounds activations through
+    Q8A too (not bit for bit: a 1e-6 difference before rounding moves a value by one quantum)."""
+    model = load_model(synth_model(synth_dir, shape, mix))
+    toks = np.random.default_rng(7).integers(0, model.config.n_vocab, N_POS)
+    ref = _positions_logits(ReferenceEngine(model, n_ctx=N_POS, max_seqs=1), toks)
+    quantized = mix not in FLOAT_MIXES
+    for int_dot in ([False, True] if quantized else [False]):
+        eng = JITEngine(model, n_ctx=N_POS, max_seqs=1, threads=2, int_dot=int_dot,
+                        max_logits=N_POS)
+        try:
+            got = _positions_logits(eng, toks)
+        finally:
+            eng.close()
+        if not int_dot:
+            assert _cos(ref, got).min() >= (0.999 if quantized else 0.9999)
+            assert (ref.argmax(-1) == got.argmax(-1)).mean() >= 0.99
+        else:
+            assert _cos(ref, got).min() >= 0.999
+            refq = _positions_logits(
+                ReferenceEngine(model, n_ctx=N_POS, max_seqs=1, act_quant=True), toks)
+            assert _cos(refq, got).min() >= 0.9995
+            assert (refq.argmax(-1) == got.argmax(-1)).mean() >= 0.96
+
+
+@pytest.mark.parametrize("qtype", ["Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1"])
+def test_trained_model_quantised_integer_path(tmp_path, stories_path, stories_expected, qtype):
+    """A real trained model (stories260K requantised by gguf) on real text: the integer-dot path
+    picks the plain reference's top-1 token at >= 98% of 256 positions. llama.cpp, which rounds
+    activations the same way, measured 98.0-100% on these files (docs/engine.md); the float
+    path must reach 99%."""
+    from bench.synth import requantize
+    model = load_model(requantize(stories_path, tmp_path / f"stories-{qtype}.gguf", qtype))
+    text = [t for c in stories_expected["cases"] for t in c["prompt_tokens"] + c["greedy_tokens"]]
+    toks = np.array(text[:N_POS])
+    ref = _positions_logits(ReferenceEngine(model, n_ctx=N_POS, max_seqs=1), toks)
+    for int_dot, top1 in ((True, 0.98), (False, 0.99)):
+        eng = JITEngine(model, n_ctx=N_POS, max_seqs=1, threads=2, max_logits=N_POS,
+                        int_dot=int_dot)
+        try:
+            got = _positions_logits(eng, toks)
+        finally:
+            eng.close()
+        assert _cos(ref, got).min() >= 0.999
+        assert (ref.argmax(-1) == got.argmax(-1)).mean() >= top1
+
+
+@pytest.fixture(scope="module")
+def q8_model(synth_dir):
+    return load_model(synth_model(synth_dir, "tiny-qwen2", "Q8_0"))
+
+
+@pytest.mark.parametrize("int_dot", [False, True])
+def test_batched_decode_equals_one_by_one(q8_model, int_dot):
+    """Float path: the same logits (1e-4). Integer path: batch and single steps use different
+    tiles whose f32 sums differ by ~1e-6, which can move an activation by one 8-bit quantum
+    before the next product: the same up to that (cosine >= 0.9999, same top-1)."""
+    eng = JITEngine(q8_model, n_ctx=128, max_seqs=4, threads=2, int_dot=int_dot)
+
+    def same(a, b):
+        if not int_dot:
+            np.testing.assert_allclose(a, b, atol=1e-4, rtol=1e-4)
+        else:
+            assert _cos(a, b).min() >= 0.9999
+            assert (a.argmax(-1) == b.argmax(-1)).all()
+    try:
+        rng = np.random.default_rng(1)
+        V = q8_model.config.n_vocab
+        prompts = [rng.integers(0, V, n) for n in (5, 9, 17, 30)]
+        for s, p in enumerate(prompts):
+            eng.forward(Batch.prefill(p, 0, s))
+        nxt = rng.integers(0, V, 4)
+        pos = [len(p) for p in prompts]
+        together = eng.forward(Batch.decode(nxt, pos, [0, 1, 2, 3]))
+        alone = np.concatenate([eng.forward(Batch.decode([nxt[s]], [pos[s]], [s]))
+                                for s in range(4)])
+        same(together, alone)
+        # a mixed step: a prefill chunk of slot 0 beside decode tokens of slots 1..3
+        eng.forward(Batch.prefill(prompts[0], 0, 0))
+        mixed = Batch.build(list(prompts[0][:0]) + [int(nxt[0])] + list(nxt[1:]),
+                            pos, [0, 1, 2, 3])
+        same(eng.forward(mixed), alone)
+        chunk = rng.integers(0, V, 6)
+        step = Batch.build(list(chunk) + [int(nxt[1])], list(range(6)) + [pos[1]],
+                           [3] * 6 + [1], logits_rows=[5, 6])
+        got = eng.forward(step)
+        ref3 = eng.forward(Batch.prefill(chunk, 0, 3))
+        ref1 = eng.forward(Batch.decode([nxt[1]], [pos[1]], [1]))
+        same(got, np.concatenate([ref3, ref1]))
+    finally:
+        eng.close()
+
+
+def test_f16_kv_cache_close_to_reference(q8_model):
+    toks = np.random.default_rng(3).integers(0, q8_model.config.n_vocab, 64)
+    ref = ReferenceEngine(q8_model, n_ctx=64, max_seqs=1, kv_dtype="f16")
+    want = ref.forward(Batch.prefill(toks, 0, 0, all_logits=True))
+    eng = JITEngine(q8_model, n_ctx=64, max_seqs=1, kv_dtype="f16", threads=2, max_logits=64,
+                    int_dot=False)
+    try:
+        got = eng.forward(Batch.prefill(toks, 0, 0, all_logits=True))
+    finally:
+        eng.close()
+    assert _cos(want, got).min() >= 0.9999
+
+
+def test_swap_at_step_boundary_refuse_and_rollback(q8_model):
+    eng = JITEngine(q8_model, n_ctx=128, max_seqs=1, threads=2)
+    try:
+        prompt = list(np.random.default_rng(5).integers(0, q8_model.config.n_vocab, 12))
+        _, baseline = greedy(eng, prompt, 24)
+        table = eng.table
+        slot = table.by_name["blk.0.ffn_down.weight@single"]
+        live = slot.kernel
+        from reame.codegen import registry
+        op = registry.get_op(live.spec.op)
+        others = [s for s in op.specs(live.spec.dtype, eng.isa,
+                                      **{d: live.spec.p[d] for d in op.dims})
+                  if s != live.spec]
+        assert others, "no other variant to swap in"
+        from reame.codegen.kernels import build
+        new = build(others[0], eng.isa)
+
+        # stage during a running request; it goes live at the next step boundary only
+        logits = eng.forward(Batch.prefill(prompt, 0, 0))
+        tok, pos, out = int(logits[0].argmax()), len(prompt), []
+        for i in range(24):
+            out.append(tok)
+            if i == 8:
+                table.stage(slot.index, new)
+                assert slot.kernel is live and slot.staged is new
+            tok = int(eng.forward(Batch.decode([tok], [pos], [0]))[0].argmax())
+            pos += 1
+            if i == 8:
+                assert slot.kernel is new and slot.staged is None
+        assert out == baseline
+
+        # a variant that computes something else is refused by the numerical check
+        wrong_type = "Q4_0" if live.spec.dtype != "Q4_0" else "Q8_0"
+        bad_spec = dataclasses.replace(live.spec, dtype=wrong_type)
+        bad = dataclasses.replace(build(bad_spec, eng.isa), spec=live.spec)
+        with pytest.raises(VariantRejected):
+            table.stage(slot.index, bad)
+        assert slot.staged is None and slot.kernel is new
+
+        # rollback restores the previous variant at the next boundary
+        assert table.rollback(slot.index) is live
+        eng.forward(Batch.decode([tok], [0], [0]))
+        assert slot.kernel is live and not slot.history
+    finally:
+        eng.close()

@@ -176,8 +176,8 @@ class Scheduler:
             else:
                 req.groups.append(_Group(req, prompt, seqs))
         with self._cond:
-            if self._stop:
-                raise SchedulerStopped("the server is shutting down")
+            if self._stop or not self.alive:
+                raise SchedulerStopped("the engine is not running")
             n_new = index
             if self._in_system and self._in_system + n_new > self.max_seqs + self.queue_size:
                 raise QueueFull(f"{self._in_system} sequences are running or waiting")
@@ -240,9 +240,14 @@ class Scheduler:
                     if not self._running:
                         self._cond.wait(timeout=self._idle_wait(now))
                         continue
-                self._retire_cancelled(time.monotonic())
-                if self._running:
-                    self._step()
+                try:
+                    self._retire_cancelled(time.monotonic())
+                    if self._running:
+                        self._step()
+                except Exception as e:              # a bug: fail this step's requests, go on
+                    log.exception("scheduler step failed")
+                    for r in {id(g.request): g.request for g in self._running}.values():
+                        self._fail(r, EngineFailure(f"internal error: {type(e).__name__}: {e}"))
         except BaseException:                       # pragma: no cover - a bug; log it loudly
             log.exception("engine thread crashed")
             raise

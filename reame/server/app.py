@@ -125,13 +125,15 @@ class Health:
 
     def on_get(self, req, resp):
         self.loader.start()
-        state = self.loader.state
+        state, error = self.loader.state, self.loader.error
+        if state == "ready" and not self.loader.service.scheduler.alive:
+            state, error = "failed", "the engine thread stopped"
         resp.media = {"status": "ok" if state == "ready" else state}
         if state != "ready":
             resp.status = falcon.HTTP_503
             resp.set_header("Retry-After", "1")
-            if self.loader.error:
-                resp.media["error"] = self.loader.error
+            if error:
+                resp.media["error"] = error
 
 
 class MetricsResource:

@@ -151,8 +151,8 @@ class ModelService:
             raise APIError(429, "The server is at capacity: too many requests are waiting. "
                            "Retry shortly.", "rate_limit_error", None, "queue_full",
                            {"Retry-After": str(self.config.retry_after)}) from None
-        except SchedulerStopped:
-            raise APIError(503, "The server is shutting down.", "server_error", None,
+        except SchedulerStopped as e:
+            raise APIError(503, f"The server cannot generate: {e}.", "server_error", None,
                            "shutting_down", {"Retry-After": str(self.config.retry_after)}) from None
         except ValueError as e:
             raise invalid("n", str(e)) from None

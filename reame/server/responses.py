@@ -18,7 +18,7 @@ from typing import Callable, Iterator
 from .. import __version__
 from ..scheduler import EngineFailure, Event, RequestTimeout, SchedulerStopped
 from .metrics import Metrics
-from .schemas import APIError, GenerationRequest, error_body
+from .schemas import APIError, GenerationRequest
 
 log = logging.getLogger("reame.server")
 
@@ -104,7 +104,6 @@ class Job:
         self.recorded = False
         self.request = service.submit(req, prompts)      # may raise APIError (429, 503)
         self._events = self.request.events(idle=connected)
-        self._connected = connected
         self._first: Event | None = None
 
     # ---- lifecycle ----
@@ -321,7 +320,3 @@ class ClosingStream:
             self.job.cancel()
             self.job._record()
 
-
-def sse_error(err: APIError) -> bytes:
-    return b"data: " + json.dumps(error_body(err.message, err.type, err.param, err.code)).encode() \
-        + b"\n\n"

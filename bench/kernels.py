@@ -398,7 +398,9 @@ def markdown(res: dict) -> str:
          f" / {', '.join(f'{x:.1f}' for x in res['machine']['loadavg_end'])} (shared machine).", "",
          "Throughput is the fastest of several runs by wall clock; *cpu* figures divide the same "
          "work by the CPU time the threads actually got (the machine is shared: with another "
-         "process on a core, wall-clock multi-thread figures say more about the neighbours).", "",
+         "process on a core, wall-clock multi-thread figures say more about the neighbours). "
+         "For several threads the cpu figures are upper bounds (a thread that waits descheduled "
+         "is not counted, and for memory-bound kernels the other thread gets its bandwidth).", "",
          "## Streaming-read bandwidth", "", "| threads | GB/s | GB/s cpu |", "|---|---|---|"]
     L += [f"| {n} | {bw[n]:.1f} | {bw[f'cpu_{n}']:.1f} |" for n in nths]
     L += ["", f"## Matrix-vector (n = 1), M = {M}, K = {K}, weights cycled through "

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import gc
 import os
 
@@ -16,26 +15,31 @@ def add_serve_command(subparsers) -> None:
         description="Serve the OpenAI-compatible API (/v1/chat/completions, /v1/completions, "
                     "/v1/models, /health, /metrics) with gunicorn threaded workers. Each worker "
                     "loads its own replica of the model after the fork.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+        epilog="REAME_* environment variables (see docs/deploy.md) fill in the flags not given, "
+               "except --engine and --kv-type.")
     p.add_argument("model", help="path to a .gguf file")
-    p.add_argument("--host", default="127.0.0.1", help="address to listen on")
-    p.add_argument("--port", type=int, default=8000, help="port to listen on")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
+    p.add_argument("--port", type=int, default=8000, help="port to listen on (default: %(default)s)")
     p.add_argument("--workers", type=int, default=1,
-                   help="worker processes (each holds a model replica)")
+                   help="worker processes, each holding a model replica (default: %(default)s)")
     p.add_argument("--http-threads", type=int, default=None,
                    help="HTTP threads per worker (default: max(16, max-seqs + queue-size + 8))")
     p.add_argument("--api-key", default=None,
-                   help="require 'Authorization: Bearer KEY' (default: $REAME_API_KEY; none)")
-    p.add_argument("--max-seqs", type=int, default=4,
-                   help="sequences generating at once per worker (KV-cache slots)")
-    p.add_argument("--queue-size", type=int, default=32,
-                   help="sequences that may wait for a KV slot; beyond that: 429 with Retry-After")
-    p.add_argument("--timeout", type=float, default=600.0,
-                   help="per-request timeout in seconds (0: none)")
+                   help="require 'Authorization: Bearer KEY' (default: $REAME_API_KEY, else none)")
+    p.add_argument("--max-seqs", type=int, default=None,
+                   help="sequences generating at once per worker (KV-cache slots) "
+                        "(default: $REAME_MAX_SEQS or 4)")
+    p.add_argument("--queue-size", type=int, default=None,
+                   help="sequences that may wait for a KV slot; beyond that: 429 with "
+                        "Retry-After (default: $REAME_QUEUE_SIZE or 32)")
+    p.add_argument("--timeout", type=float, default=None,
+                   help="per-request timeout in seconds, 0: none "
+                        "(default: $REAME_REQUEST_TIMEOUT or 600)")
     p.add_argument("--chat-template-file", default=None, help="override the chat template")
     p.add_argument("--alias", default=None, help="another model name clients may use")
     p.add_argument("--log-level", default="info",
-                   choices=("debug", "info", "warning", "error", "critical"))
+                   choices=("debug", "info", "warning", "error", "critical"),
+                   help="(default: %(default)s)")
     p.add_argument("--access-log", action="store_true", help="log every request to stderr")
     add_engine_args(p)
     p.set_defaults(func=cmd_serve)

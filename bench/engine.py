@@ -110,7 +110,7 @@ def worker_reame(a) -> dict:
         wall += time.perf_counter() - t
         tok, pos = int(logits[0].argmax()), pos + 1
     eng.sample_every = 0
-    in_kernels = sum(s["seconds"] for s in eng.table.slot_stats() if s["slot"].endswith("@single"))
+    in_kernels = sum(s["seconds"] for s in eng.table.slot_stats() if s["slot"].endswith("@1"))
     out["decode_step_ms"] = wall / n_steps * 1e3
     out["out_of_kernel_share"] = max(0.0, 1.0 - in_kernels / wall)
 

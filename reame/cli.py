@@ -58,8 +58,7 @@ def cmd_generate(args) -> int:
         tpl = ChatTemplate.from_metadata(model.metadata, args.chat_template_file)
         messages = ([{"role": "system", "content": args.system}] if args.system else [])
         messages.append({"role": "user", "content": args.prompt})
-        prompt_ids = tok.encode(tpl.render(messages, add_generation_prompt=True),
-                                add_special=True, parse_special=True)
+        prompt_ids = tpl.encode(tok, messages, add_generation_prompt=True)
     else:
         prompt_ids = tok.encode(args.prompt, add_special=True, parse_special=args.special)
     engine = create_engine(model, args.engine, n_ctx=args.ctx_size, max_seqs=1,

@@ -191,7 +191,7 @@ def test_swap_at_step_boundary_refuse_and_rollback(q8_model):
         prompt = list(np.random.default_rng(5).integers(0, q8_model.config.n_vocab, 12))
         _, baseline = greedy(eng, prompt, 24)
         table = eng.table
-        slot = table.by_name["blk.0.ffn_down.weight@single"]
+        slot = table.by_name["blk.0.ffn_down.weight@1"]
         live = slot.kernel
         from reame.codegen import registry
         op = registry.get_op(live.spec.op)

@@ -1,8 +1,9 @@
 """The JIT engine: the whole forward pass as compiled kernels, one native call per step.
 
 At load, `_build` lays out the forward pass of the model (the same steps as reame/reference.py)
-as a program of op sites for each phase of step: `single` (one token), `batch` (decode of a few
-sequences) and `prefill` (a chunk of prompt). Each op site calls its kernel through the live
+as a program of op sites for each bucket of step sizes: 1 token (decode of one sequence), up
+to 4, 8 and 16 tokens (batched decode, mixed steps) and up to the prefill chunk, each with the
+kernel tiles that suit that many tokens. Each op site calls its kernel through the live
 dispatch table. A step writes the batch (token ids, positions, KV slots, logits rows) into
 fixed buffers, sets the per-step words of the argument blocks, swaps in staged variants (the
 step boundary) and launches the program on the thread pool: every thread walks the ops once and
@@ -22,11 +23,11 @@ from ..kv_cache import KVCache
 from ..model import Model
 from ..reference import rope_angles
 from .program import M, N, ProgramBuilder, StepProgram
-from .select import PHASES, choose, int_path
+from .select import choose, int_path
 
 FLOAT_TYPES = ("F32", "F16", "BF16")
 MAX_BATCH_TOKENS = 512      # tokens per step (prefill chunk); larger prompts are chunked
-BATCH_PHASE_MAX = 16        # steps of at most this many tokens use the batched-decode program
+BUCKETS = (1, 4, 8, 16)     # step sizes with their own program (plus one up to the chunk size)
 
 
 class JITEngine:
@@ -44,13 +45,15 @@ class JITEngine:
         self.kv = KVCache(c.n_layer, max_seqs, c.n_head_kv, n_ctx, c.head_dim, c.head_dim_v,
                           kv_dtype)
         self.kv_dtype = kv_dtype
+        self.max_seqs = max_seqs
         self.int_dot = int_dot     # quantised weights x Q8A activations (False: f32 activations)
         self.pool = NativePool(threads, self.isa)
         self.threads = self.pool.nth
         self.table = DispatchTable()
         self.kernels: dict = {}
         self._alloc()
-        self.programs: dict[str, StepProgram] = {ph: self._build(ph) for ph in PHASES}
+        self.buckets = sorted({b for b in BUCKETS if b < self.max_tokens} | {self.max_tokens})
+        self.programs: dict[int, StepProgram] = {b: self._build(b) for b in self.buckets}
         self.steps = 0
         self.sample_every = 0          # >0: time every op on every k-th step (dispatch stats)
 
@@ -86,13 +89,14 @@ class JITEngine:
         del qd, kvd, vd
 
     # ------------------------------------------------------------------ the forward pass
-    def _build(self, phase: str) -> StepProgram:
+    def _build(self, bucket: int) -> StepProgram:
+        """The program for steps of up to `bucket` tokens (op sites named `<site>@<bucket>`)."""
         c, isa, m = self.config, self.isa, self.model
-        P = ProgramBuilder(self.table, self.kernels, phase, isa)
+        P = ProgramBuilder(self.table, self.kernels, str(bucket), isa)
         W = lambda name: m.tensor(name).data         # noqa: E731  raw GGUF bytes (mmap)
         S = self.small
 
-        def linear(site, x, xname, y, n, quantized: set, acc=0):
+        def linear(site, x, xname, y, n, quantized: set, acc=0, bucket=bucket):
             """y (+)= x @ W^T for the weight `site`. Quantised weights with an integer kernel
             read x as Q8A, made once per producer (`quantized` names the buffers already made)."""
             t = m.tensor(site)
@@ -101,26 +105,27 @@ class JITEngine:
                     and self.qbuf.get(xname) is not None):
                 xq = self.qbuf[xname]
                 if xname not in quantized:
-                    P.op(f"quantize.{site}", choose("quantize_q8", "F32", isa, phase, K=K),
+                    P.op(f"quantize.{site}", choose("quantize_q8", "F32", isa, bucket, K=K),
                          x=x, xq=xq, n=n)
                     quantized.add(xname)
-                P.op(site, choose("matmul_q8", t.type.name, isa, phase, M=Mo, K=K, acc=acc),
+                P.op(site, choose("matmul_q8", t.type.name, isa, bucket, M=Mo, K=K, acc=acc),
                      w=W(site), xq=xq, y=y, n=n)
             else:
-                P.op(site, choose("matmul", t.type.name, isa, phase, M=Mo, K=K, acc=acc),
+                P.op(site, choose("matmul", t.type.name, isa, bucket, M=Mo, K=K, acc=acc),
                      w=W(site), x=x, y=y, n=n)
 
         def spec(op, **dims):
-            return choose(op, "F32", isa, phase, **dims)
+            return choose(op, "F32", isa, bucket, **dims)
 
         hd, hdv, H, Hkv = c.head_dim, c.head_dim_v, c.n_head, c.n_head_kv
         attn_dims = dict(H=H, Hkv=Hkv, D=hd, Dv=hdv, C=self.n_ctx, kv=self.kv_dtype,
                          scale=float(1.0 / np.sqrt(hd)))
-        attn_op = "attn_prefill" if phase == "prefill" and _has_op("attn_prefill") else "attn_decode"
+        attn_op = ("attn_prefill" if bucket > BUCKETS[-1] and _has_op("attn_prefill")
+                   else "attn_decode")
         emb = m.tensor("token_embd.weight")
 
         # x = token_embd[tokens]
-        P.op("token_embd", choose("get_rows", emb.type.name, isa, phase, K=c.n_embd),
+        P.op("token_embd", choose("get_rows", emb.type.name, isa, bucket, K=c.n_embd),
              w=W("token_embd.weight"), ids=self.tokens, y=self.x, n=N)
         for il in range(c.n_layer):
             b = f"blk.{il}."
@@ -168,12 +173,13 @@ class JITEngine:
             P.op(b + "ffn_swiglu", spec("swiglu", F=c.n_ff), g=self.g, u=self.u, y=self.g, n=N)
             linear(b + "ffn_down.weight", self.g, "g", self.x, N, fresh, acc=1)
         # ---- output head over the rows that need logits
-        P.op("output_rows", choose("get_rows", "F32", isa, phase, K=c.n_embd),
+        head = min(bucket, self.max_seqs)          # rows needing logits: ~ one per sequence
+        P.op("output_rows", choose("get_rows", "F32", isa, head, K=c.n_embd),
              w=self.x, ids=self.rows, y=self.xo, n=M)
         P.op("output_norm", spec("rms_norm", K=c.n_embd, eps=c.rms_eps),
              x=self.xo, w=S["output_norm.weight"], y=self.ho, n=M)
         out_name = "token_embd.weight" if c.tied_embeddings else "output.weight"
-        linear(out_name, self.ho, "ho", self.logits, M, set())
+        linear(out_name, self.ho, "ho", self.logits, M, set(), bucket=head)
         return P.finish()
 
     # ------------------------------------------------------------------ one step
@@ -192,8 +198,7 @@ class JITEngine:
         self.pos[:n] = batch.positions
         self.seq[:n] = batch.seq_ids
         self.rows[:mrows] = batch.logits_rows
-        phase = "single" if n == 1 else "batch" if n <= BATCH_PHASE_MAX else "prefill"
-        prog = self.programs[phase]
+        prog = self.programs[next(b for b in self.buckets if b >= n)]
         prog.set(n=n, m=mrows)
         self.table.commit()                       # step boundary: staged variants go live
         self.steps += 1

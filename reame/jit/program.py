@@ -1,6 +1,7 @@
 """Building a step program: op sites, their argument blocks, and the words that change per step.
 
-Every op site gets a dispatch-table slot (named like the GGUF tensor it reads, plus the phase)
+Every op site gets a dispatch-table slot (named like the GGUF tensor it reads, plus the program's
+label: `blk.3.ffn_down.weight@1`)
 and an argument block inside one int64 array. Words that depend on the step (token count `n`,
 logits rows `m`, and multiples of them) are recorded so the engine can set them all with a few
 numpy assignments before launching the step.
@@ -33,8 +34,8 @@ N, M = Dyn("n"), Dyn("m")
 
 
 class ProgramBuilder:
-    def __init__(self, table: DispatchTable, kernels: dict, phase: str, isa):
-        self.table, self.kernels, self.phase, self.isa = table, kernels, phase, isa
+    def __init__(self, table: DispatchTable, kernels: dict, label: str, isa):
+        self.table, self.kernels, self.label, self.isa = table, kernels, label, isa
         self.ops: list[tuple[int, list, bool]] = []     # (slot, words, barrier after)
 
     def kernel(self, spec: KernelSpec) -> Kernel:
@@ -45,7 +46,7 @@ class ProgramBuilder:
     def op(self, site: str, spec: KernelSpec, barrier: bool = True, **args) -> None:
         """Add an op: `args` maps the op's argument names to arrays, ints or Dyn words."""
         words = [args[a] for a in registry.get_op(spec.op).args]
-        slot = self.table.add(f"{site}@{self.phase}", self.kernel(spec))
+        slot = self.table.add(f"{site}@{self.label}", self.kernel(spec))
         self.ops.append((slot, words, barrier))
 
     def no_barrier_before_next(self) -> None:

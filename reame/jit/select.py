@@ -1,11 +1,10 @@
 """Which kernel variant an op site starts with (before the adaptive runtime measures others).
 
 Policy: the most specific family this ISA level can run (the variant with the highest minimum
-level), and within it the tile that fits the step's phase: the smallest token tile for single-
-token decode (one weight-row stream per thread reaches the bandwidth ceiling), the largest for
-prefill (reuse each weight block across many tokens), the middle for batched decode. Quantised
+level), and within it the tile that fits the program's token count (see `choose`). Quantised
 weights go through the integer path (activations quantised to Q8A, `matmul_q8`) when the level
-has a kernel for that type; float weights through `matmul`, with the GEMM family for prefill.
+has a kernel for that type; float weights through `matmul`, with the GEMM family for prompt
+chunks. The adaptive runtime replaces these starting points by measured winners.
 """
 
 from __future__ import annotations
@@ -14,25 +13,29 @@ from ..codegen import registry
 from ..codegen.isa import ISA
 from ..codegen.spec import KernelSpec
 
-PHASES = ("single", "batch", "prefill")
-TILE_KEYS = ("nt", "toks", "nr", "kb", "unroll", "u")   # keys that scale with tokens per pass
+TOKEN_TILE_KEYS = ("nt", "toks", "nr", "rb")   # tile keys that count tokens per weight pass
 
 
 def _rank(isa: ISA, level: str) -> int:
     return isa.levels.index(level) if level in isa.levels else -1
 
 
-def _tile_size(tile: dict) -> tuple:
-    return tuple(tile.get(k, 0) for k in TILE_KEYS)
+def tokens_per_pass(tile: dict) -> int:
+    for k in TOKEN_TILE_KEYS:
+        if k in tile:
+            return int(tile[k])
+    return 1
 
 
-def choose(op_name: str, dtype: str, isa: ISA, phase: str, exclude_families=(),
-           **dims) -> KernelSpec:
-    """The starting spec for an op site."""
+def choose(op_name: str, dtype: str, isa: ISA, n_tokens: int, **dims) -> KernelSpec:
+    """The starting spec of an op site in a program for steps of up to `n_tokens` tokens: the
+    most specific family, then the tile that needs the fewest passes over the weights for
+    n_tokens (fewer weight rows per iteration and smaller tiles breaking ties: one row stream
+    per thread reaches the bandwidth ceiling in decode)."""
     op = registry.get_op(op_name)
     best = None
     for v in op.variants:
-        if dtype not in v.dtypes or not v.usable(isa) or v.family in exclude_families:
+        if dtype not in v.dtypes or not v.usable(isa):
             continue
         key = _rank(isa, v.min_level)
         if best is None or key > best[0]:
@@ -43,13 +46,19 @@ def choose(op_name: str, dtype: str, isa: ISA, phase: str, exclude_families=(),
         raise ValueError(f"no {op_name} kernel for {dtype} at level {isa.level}")
     cands = [(v, t) for v in best[1] for t in v.tiles]
     if op_name == "matmul" and len(best[1]) > 1:
-        # GEMM family for prefill, the streaming family otherwise
-        want_gemm = phase == "prefill"
-        pref = [(v, t) for v, t in cands if (v.family == "gemm") == want_gemm]
-        cands = pref or cands
-    cands.sort(key=lambda vt: _tile_size(vt[1]))
-    v, tile = {"single": cands[0], "prefill": cands[-1]}.get(phase, cands[len(cands) // 2])
+        # register-tiled GEMM for prompt chunks, the streaming family for decode
+        want_gemm = n_tokens > GEMM_MIN_TOKENS
+        cands = [(v, t) for v, t in cands if (v.family == "gemm") == want_gemm] or cands
+
+    def cost(vt):
+        tile = vt[1]
+        tpp = tokens_per_pass(tile)
+        return (-(-n_tokens // tpp), tile.get("rows", 1), tpp, sorted(tile.items()))
+    v, tile = min(cands, key=cost)
     return KernelSpec.make(op_name, dtype, v.family, isa.level, **tile, **dims)
+
+
+GEMM_MIN_TOKENS = 16
 
 
 def int_path(dtype: str, isa: ISA) -> bool:

@@ -7,7 +7,8 @@ native code once per step (`NativePool.run`), not once per op: per-op synchronis
 Python would cost 36-108 us an op (docs/FACTS), more than a small matrix-vector product.
 
 Workers are Python threads parked inside the generated `_worker` loop (ctypes releases the GIL):
-they spin briefly after a step, then sleep on a futex until the next one.
+they spin briefly after a step, then sleep on a futex until the next one. Barriers spin, then
+sleep on a futex too, so a thread never burns a core its partner (or another process) needs.
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ CTL_WORDS = 48
 PROGRAM_HEADER = 8          # words before the first op
 OP_WORDS = 3                # slot, args pointer, flags
 FLAG_BARRIER = 1
-DEFAULT_SPIN = 200_000      # relax-loop iterations a worker spins before sleeping (~1-5 ms)
+WORKER_SPIN = 50_000        # relax-loop iterations a worker spins after a step before sleeping
+BARRIER_SPIN = 4_000        # ... and a thread spins in a barrier before sleeping (~50-100 us)
 
 _RUNTIME: dict = {}
 _LOCK = threading.Lock()
@@ -96,7 +98,8 @@ def cycle_hz() -> float:
 class NativePool:
     """`nth` threads (the caller's plus nth-1 workers) that run programs step by step."""
 
-    def __init__(self, nth: int | None = None, isa: ISA | None = None, spin: int = DEFAULT_SPIN):
+    def __init__(self, nth: int | None = None, isa: ISA | None = None, spin: int = WORKER_SPIN,
+                 barrier_spin: int = BARRIER_SPIN):
         self.nth = max(1, nth or default_threads())
         rt = _runtime(isa or detect("generic"))
         vp, i32 = ctypes.c_void_p, ctypes.c_int32
@@ -104,7 +107,7 @@ class NativePool:
         self._worker = ctypes.CFUNCTYPE(None, vp, i32)(rt["worker"])
         self._shutdown = ctypes.CFUNCTYPE(None, vp)(rt["shutdown"])
         self.ctl = aligned_zeros(CTL_WORDS)
-        self.ctl[27] = spin
+        self.ctl[27], self.ctl[28] = spin, barrier_spin
         self._ctl_ptr = self.ctl.ctypes.data
         self._threads = [threading.Thread(target=self._worker, args=(self._ctl_ptr, i),
                                           name=f"reame-worker-{i}", daemon=True)

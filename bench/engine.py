@@ -7,9 +7,9 @@
 Per model (a synthetic GGUF from bench/synth.py, written once and cached):
 - Reame in fresh processes: cold start (empty kernel cache) and warm start (the cache filled by
   the cold run), prefill tok/s of a `--prompt`-token prompt, decode tok/s over `--gen` tokens,
-  aggregate decode tok/s at each batch size, the share of a decode step spent outside kernels
-  (Python, ctypes, launch and barrier waits: wall time minus thread 0's time inside kernels,
-  sampled by the dispatch table), and peak RSS;
+  aggregate decode tok/s at each batch size, the share of a decode step's thread-time spent
+  outside kernels (Python, ctypes, launch and waits between ops: 1 - the kernel time summed over
+  threads, sampled by the dispatch table, / (threads x wall time)), and peak RSS;
 - llama.cpp through llama-cpp-python (in this interpreter if it imports, else in
   `--llama-python` / $REAME_LLAMA_PYTHON): prefill and decode tok/s on the same file, prompt
   and thread count.
@@ -112,7 +112,8 @@ def worker_reame(a) -> dict:
     eng.sample_every = 0
     in_kernels = sum(s["seconds"] for s in eng.table.slot_stats() if s["slot"].endswith("@1"))
     out["decode_step_ms"] = wall / n_steps * 1e3
-    out["out_of_kernel_share"] = max(0.0, 1.0 - in_kernels / wall)
+    # thread-time of the step not spent inside kernels: Python, ctypes, launch, waits
+    out["out_of_kernel_share"] = max(0.0, 1.0 - in_kernels / (wall * eng.threads))
 
     # aggregate decode throughput at each batch size (short prompts, then B tokens a step)
     agg = {}
@@ -144,17 +145,22 @@ def worker_llama(a) -> dict:
                 n_ctx=a.prompt + a.gen + 16, n_batch=512, n_ubatch=512, verbose=False)
     t_ready = time.perf_counter()
     toks = prompt_tokens(llm.n_vocab(), a.prompt)
+    n_vocab = llm.n_vocab()
+
+    def last_logits():
+        # llama-cpp-python keeps no logits without logits_all: read the context's last row
+        return np.ctypeslib.as_array(llm._ctx.get_logits_ith(-1), shape=(n_vocab,))
     best_pf = best_dec = 0.0
     for _ in range(a.rounds):
         llm.reset()
         t = time.perf_counter()
         llm.eval(toks)
         best_pf = max(best_pf, len(toks) / (time.perf_counter() - t))
-        tok = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+        tok = int(np.argmax(last_logits()))
         t = time.perf_counter()
         for _ in range(a.gen):
             llm.eval([tok])
-            tok = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+            tok = int(np.argmax(last_logits()))
         best_dec = max(best_dec, a.gen / (time.perf_counter() - t))
     return {"engine": "llama.cpp", "version": llama_cpp.__version__, "threads": a.threads,
             "start_s": t_ready - t0, "prefill_tps": best_pf, "decode_tps": best_dec,

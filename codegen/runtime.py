@@ -1,14 +1,16 @@
 """The native step runtime: a pool of threads that run compiled programs of kernels.
 
 A program is a list of (dispatch-table slot, argument block, flags) that every pool thread walks
-once per step, calling each kernel for its own slice `(ith, nth)` and meeting the others at a
-spin barrier inside generated code between ops (templates/runtime_generic.ll.j2). Python enters
-native code once per step (`NativePool.run`), not once per op: per-op synchronisation from
-Python would cost 36-108 us an op (docs/FACTS), more than a small matrix-vector product.
+once per step (templates/runtime_generic.ll.j2). Each op is cut into slices that threads claim
+dynamically and run as the kernel's `(ith, nth)`; the next op starts once every slice of this
+one is done, waited for inside generated code. Python enters native code once per step
+(`NativePool.run`), not once per op: per-op synchronisation from Python would cost 36-108 us an
+op (docs/FACTS), more than a small matrix-vector product. Because work is claimed rather than
+assigned, a thread that loses its core to another process holds up one slice, not the step.
 
 Workers are Python threads parked inside the generated `_worker` loop (ctypes releases the GIL):
-they spin briefly after a step, then sleep on a futex until the next one. Barriers spin, then
-sleep on a futex too, so a thread never burns a core its partner (or another process) needs.
+they spin briefly after a step, then sleep on a futex until the next one. Waits for an op to
+complete spin, then sleep on the same futex, so no thread burns a core another one needs.
 """
 
 from __future__ import annotations
@@ -27,10 +29,10 @@ from .spec import environment
 
 CTL_WORDS = 48
 PROGRAM_HEADER = 8          # words before the first op
-OP_WORDS = 3                # slot, args pointer, flags
-FLAG_BARRIER = 1
-WORKER_SPIN = 50_000        # relax-loop iterations a worker spins after a step before sleeping
-BARRIER_SPIN = 4_000        # ... and a thread spins in a barrier before sleeping (~50-100 us)
+OP_WORDS = 8                # slot, args pointer, flags, claim and done counters; one cache line
+FLAG_WAIT = 1               # the next op needs this one complete
+SLICES_SHIFT = 8            # flags bits 8-15: slices per thread
+SPIN = 20_000               # relax-loop iterations a thread spins before sleeping (~0.2-1 ms)
 
 _RUNTIME: dict = {}
 _LOCK = threading.Lock()
@@ -98,8 +100,7 @@ def cycle_hz() -> float:
 class NativePool:
     """`nth` threads (the caller's plus nth-1 workers) that run programs step by step."""
 
-    def __init__(self, nth: int | None = None, isa: ISA | None = None, spin: int = WORKER_SPIN,
-                 barrier_spin: int = BARRIER_SPIN):
+    def __init__(self, nth: int | None = None, isa: ISA | None = None, spin: int = SPIN):
         self.nth = max(1, nth or default_threads())
         rt = _runtime(isa or detect("generic"))
         vp, i32 = ctypes.c_void_p, ctypes.c_int32
@@ -107,7 +108,7 @@ class NativePool:
         self._worker = ctypes.CFUNCTYPE(None, vp, i32)(rt["worker"])
         self._shutdown = ctypes.CFUNCTYPE(None, vp)(rt["shutdown"])
         self.ctl = aligned_zeros(CTL_WORDS)
-        self.ctl[27], self.ctl[28] = spin, barrier_spin
+        self.ctl[27] = spin
         self._ctl_ptr = self.ctl.ctypes.data
         self._threads = [threading.Thread(target=self._worker, args=(self._ctl_ptr, i),
                                           name=f"reame-worker-{i}", daemon=True)
@@ -137,18 +138,21 @@ class NativePool:
 
 
 class Program:
-    """A list of ops as the runtime reads it: header + (slot, args pointer, flags) per op."""
+    """A list of ops as the runtime reads it: a header, then one cache line per op: slot, args
+    pointer, flags (wait-for-completion bit, slices per thread), claim and done counters."""
 
     def __init__(self, table_ptr: int, active_ptr: int, n_slots: int,
-                 ops: list[tuple[int, int, bool]]):
+                 ops: list[tuple[int, int, bool, int]]):
+        """ops: (slot, args pointer, wait for completion before the next op, slices/thread)."""
         self.words = aligned_zeros(PROGRAM_HEADER + OP_WORDS * len(ops))
         w = self.words
         w[0], w[1], w[2], w[3] = len(ops), table_ptr, active_ptr, n_slots
-        for i, (slot, args_ptr, barrier) in enumerate(ops):
+        for i, (slot, args_ptr, wait, slices) in enumerate(ops):
             j = PROGRAM_HEADER + OP_WORDS * i
-            w[j], w[j + 1], w[j + 2] = slot, args_ptr, FLAG_BARRIER if barrier else 0
-        if ops:                       # a step always ends with every thread done
-            w[PROGRAM_HEADER + OP_WORDS * (len(ops) - 1) + 2] |= FLAG_BARRIER
+            w[j], w[j + 1] = slot, args_ptr
+            w[j + 2] = (FLAG_WAIT if wait else 0) | (max(1, min(255, slices)) << SLICES_SHIFT)
+        if ops:                       # a step returns when its last op is complete
+            w[PROGRAM_HEADER + OP_WORDS * (len(ops) - 1) + 2] |= FLAG_WAIT
 
     def set_stats(self, stats: np.ndarray | None) -> None:
         self.words[4] = 0 if stats is None else stats.ctypes.data

@@ -6,7 +6,8 @@ The table is double-buffered: `fns[copy][slot]` holds kernel addresses and the s
 by the engine between steps), so a step never mixes variants and no running request sees a
 half-updated table. A staged variant must first pass a numerical check against the generic
 kernel on that slot's own shape; `rollback` restores the previous variant. Per-slot call counts
-and cycles are sampled by the runtime on the steps the engine chooses.
+and cycles (summed over the threads that ran slices of it) are sampled by the runtime on the
+steps the engine chooses.
 """
 
 from __future__ import annotations
@@ -165,7 +166,8 @@ class DispatchTable:
         for s in self.slots:
             calls, cyc = (int(x) for x in self.stats[s.index])
             out.append({"slot": s.name, "kernel": s.kernel.spec.label(), "calls": calls,
-                        "seconds": cyc / hz, "mean_us": cyc / hz / calls * 1e6 if calls else 0.0})
+                        "seconds": cyc / hz,      # thread-seconds inside the kernel
+                        "mean_us": cyc / hz / calls * 1e6 if calls else 0.0})
         return out
 
     def reset_stats(self) -> None:

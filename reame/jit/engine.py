@@ -143,7 +143,7 @@ class JITEngine:
                                          ("v", self.v, Hkv * hdv)):
                     P.op(f"{b}attn_{name}.bias", spec("add", K=width, bcast=1),
                          a=buf, b=S[f"{b}attn_{name}.bias"], y=buf, n=N, barrier=False)
-                P.ops[-1] = (*P.ops[-1][:2], True)
+                P.barrier_after_last()
             if c.qk_norm:                                        # Qwen3: per-head RMSNorm
                 P.op(b + "attn_q_norm", spec("rms_norm", K=hd, eps=c.rms_eps),
                      x=self.q, w=S[b + "attn_q_norm.weight"], y=self.q, n=N * H, barrier=False)

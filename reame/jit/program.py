@@ -32,11 +32,16 @@ class Dyn:
 
 N, M = Dyn("n"), Dyn("m")
 
+# ops worth cutting into several slices per thread (claimed dynamically, which evens out threads
+# that run at different speeds); the element-wise ops get one slice per thread
+HEAVY_OPS = ("matmul", "matmul_q8", "attn_decode", "attn_prefill")
+HEAVY_SLICES = 4
+
 
 class ProgramBuilder:
     def __init__(self, table: DispatchTable, kernels: dict, label: str, isa):
         self.table, self.kernels, self.label, self.isa = table, kernels, label, isa
-        self.ops: list[tuple[int, list, bool]] = []     # (slot, words, barrier after)
+        self.ops: list[tuple[int, list, bool, int]] = []   # (slot, words, wait after, slices)
 
     def kernel(self, spec: KernelSpec) -> Kernel:
         if spec not in self.kernels:
@@ -44,24 +49,30 @@ class ProgramBuilder:
         return self.kernels[spec]
 
     def op(self, site: str, spec: KernelSpec, barrier: bool = True, **args) -> None:
-        """Add an op: `args` maps the op's argument names to arrays, ints or Dyn words."""
+        """Add an op: `args` maps the op's argument names to arrays, ints or Dyn words.
+        `barrier=False`: the next op does not read this one's output, no need to wait."""
         words = [args[a] for a in registry.get_op(spec.op).args]
         slot = self.table.add(f"{site}@{self.label}", self.kernel(spec))
-        self.ops.append((slot, words, barrier))
+        slices = HEAVY_SLICES if spec.op in HEAVY_OPS else 1
+        self.ops.append((slot, words, barrier, slices))
 
     def no_barrier_before_next(self) -> None:
         """The last op and the next one are independent (they read the same inputs and write
-        different outputs): threads may go on without meeting."""
-        slot, words, _ = self.ops[-1]
-        self.ops[-1] = (slot, words, False)
+        different outputs): threads may go on without waiting."""
+        slot, words, _, slices = self.ops[-1]
+        self.ops[-1] = (slot, words, False, slices)
+
+    def barrier_after_last(self) -> None:
+        slot, words, _, slices = self.ops[-1]
+        self.ops[-1] = (slot, words, True, slices)
 
     def finish(self) -> "StepProgram":
-        sizes = [len(w) for _, w, _ in self.ops]
+        sizes = [len(w) for _, w, _, _ in self.ops]
         block = aligned_zeros(max(1, sum(sizes)))
         dyn = defaultdict(lambda: ([], []))           # name -> (indices, factors)
         keep = []                                     # arrays referenced by the blocks
         offsets, pos = [], 0
-        for (_, words, _), size in zip(self.ops, sizes):
+        for (_, words, _, _), size in zip(self.ops, sizes):
             offsets.append(pos)
             for j, w in enumerate(words):
                 if isinstance(w, Dyn):
@@ -75,11 +86,11 @@ class ProgramBuilder:
             pos += size
         base = block.ctypes.data
         prog = Program(self.table.table_ptr, self.table.active_ptr, self.table.capacity,
-                       [(slot, base + 8 * off, bar)
-                        for (slot, _, bar), off in zip(self.ops, offsets)])
+                       [(slot, base + 8 * off, bar, slices)
+                        for (slot, _, bar, slices), off in zip(self.ops, offsets)])
         dyn_arrays = {k: (np.asarray(i, np.int64), np.asarray(f, np.int64))
                       for k, (i, f) in dyn.items()}
-        return StepProgram(prog, block, dyn_arrays, keep, [s for s, _, _ in self.ops])
+        return StepProgram(prog, block, dyn_arrays, keep, [s for s, _, _, _ in self.ops])
 
 
 class StepProgram:

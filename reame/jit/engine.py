@@ -47,13 +47,15 @@ class JITEngine:
         self.kv_dtype = kv_dtype
         self.max_seqs = max_seqs
         self.int_dot = int_dot     # quantised weights x Q8A activations (False: f32 activations)
-        self.pool = NativePool(threads, self.isa)
+        self.pool = NativePool(threads or auto_threads(model), self.isa)
         self.threads = self.pool.nth
         self.table = DispatchTable()
         self.kernels: dict = {}
         self._alloc()
         self.buckets = sorted({b for b in BUCKETS if b < self.max_tokens} | {self.max_tokens})
         self.programs: dict[int, StepProgram] = {b: self._build(b) for b in self.buckets}
+        self._bucket_of = [0] + [next(b for b in self.buckets if b >= k)
+                                 for k in range(1, self.max_tokens + 1)]
         self.steps = 0
         self.sample_every = 0          # >0: time every op on every k-th step (dispatch stats)
 
@@ -191,14 +193,12 @@ class JITEngine:
             raise ValueError(f"{n} tokens in one step; at most {self.max_tokens}")
         if mrows > self.max_logits:
             raise ValueError(f"{mrows} logits rows in one step; at most {self.max_logits}")
-        self.kv.check(batch.positions, batch.seq_ids)
-        if batch.tokens.min() < 0 or batch.tokens.max() >= self.config.n_vocab:
-            raise ValueError("token id outside the vocabulary")
+        self._check(batch, n)
         self.tokens[:n] = batch.tokens
         self.pos[:n] = batch.positions
         self.seq[:n] = batch.seq_ids
         self.rows[:mrows] = batch.logits_rows
-        prog = self.programs[next(b for b in self.buckets if b >= n)]
+        prog = self.programs[self._bucket_of[n]]
         prog.set(n=n, m=mrows)
         self.table.commit()                       # step boundary: staged variants go live
         self.steps += 1
@@ -207,8 +207,42 @@ class JITEngine:
         self.pool.run(prog.program.words)
         return self.logits[:mrows].copy()
 
+    def _check(self, batch: Batch, n: int) -> None:
+        """Every index the kernels will follow is in range (they do not check)."""
+        if n <= 16:                               # decode steps: Python beats numpy on tiny arrays
+            t, p, s, r = (batch.tokens.tolist(), batch.positions.tolist(),
+                          batch.seq_ids.tolist(), batch.logits_rows.tolist())
+            lo = (min(t), min(p), min(s), min(r) if r else 0)
+            hi = (max(t), max(p), max(s), max(r) if r else 0)
+        else:
+            lo = (batch.tokens.min(), batch.positions.min(), batch.seq_ids.min(),
+                  batch.logits_rows.min() if len(batch.logits_rows) else 0)
+            hi = (batch.tokens.max(), batch.positions.max(), batch.seq_ids.max(),
+                  batch.logits_rows.max() if len(batch.logits_rows) else 0)
+        if min(lo) < 0 or hi[0] >= self.config.n_vocab:
+            raise ValueError("token id outside the vocabulary" if lo[0] < 0 or
+                             hi[0] >= self.config.n_vocab else "negative position, slot or row")
+        if hi[1] >= self.n_ctx:
+            raise ValueError(f"position out of the KV cache (n_ctx={self.n_ctx})")
+        if hi[2] >= self.kv.max_seqs:
+            raise ValueError(f"sequence slot out of range (max_seqs={self.kv.max_seqs})")
+        if hi[3] >= n:
+            raise ValueError("logits row outside the batch")
+
     def close(self) -> None:
         self.pool.close()
+
+
+SMALL_MODEL_BYTES = 16 << 20   # below this, one thread beats splitting every op
+
+
+def auto_threads(model: Model) -> int:
+    """Threads when the user gives none: the physical cores this process may use, except for
+    tiny models, whose ops are too small to split (stories260K: 21k tok/s on 1 thread, 10k on 2).
+    The adaptive runtime refines this by measurement."""
+    from ..codegen.runtime import default_threads
+    size = sum(t.data.nbytes for t in model.tensors.values())
+    return 1 if size < SMALL_MODEL_BYTES else default_threads()
 
 
 def _has_op(name: str) -> bool:

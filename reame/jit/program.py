@@ -96,10 +96,15 @@ class ProgramBuilder:
 class StepProgram:
     def __init__(self, program: Program, block: np.ndarray, dyn: dict, keep: list, slots: list):
         self.program, self.block, self.dyn, self._keep, self.slots = program, block, dyn, keep, slots
+        self._last = None
 
-    def set(self, **values: int) -> None:
-        """Write this step's n / m into every argument word that depends on them."""
-        for name, v in values.items():
+    def set(self, n: int, m: int) -> None:
+        """Write this step's n / m into every argument word that depends on them (skipped when
+        they did not change since the last step)."""
+        if (n, m) == self._last:
+            return
+        self._last = (n, m)
+        for name, v in (("n", n), ("m", m)):
             if name in self.dyn:
                 idx, factor = self.dyn[name]
                 self.block[idx] = factor * v

@@ -126,6 +126,9 @@ def supported_levels(arch: str, features: str) -> tuple[str, ...]:
 
 
 def _make(arch, levels, level, host_cpu, host_features) -> ISA:
+    known = X86_LEVELS if arch == "x86_64" else ARM_LEVELS if arch == "aarch64" else ("generic",)
+    if level not in known:
+        raise ValueError(f"unknown ISA level {level!r} (levels of {arch}: {', '.join(known)})")
     if level not in levels:
         raise ValueError(f"ISA level {level!r} is not available on this CPU "
                          f"(available: {', '.join(levels)})")

@@ -1,0 +1,196 @@
+"""ISA facts (codegen/isa.py): levels derived from LLVM feature strings (x86-64 and AArch64, with
+features missing in the middle of the ladder), forcing a lower level (REAME_ISA, detect(level),
+ISA.at), refusing a higher or unknown one, forced levels compiled for generic CPUs (so their
+assembly cannot hold wider registers than the level allows), and default_threads()."""
+
+from __future__ import annotations
+
+import os
+import re
+
+import pytest
+
+from reame.codegen import isa as isa_mod
+from reame.codegen.compiler import Compiler
+from reame.codegen.isa import ARM_LEVELS, X86_LEVELS, detect, supported_levels
+from reame.codegen.registry import get_op
+from reame.codegen.runtime import default_threads
+from reame.codegen.spec import render
+
+AVX2 = "+avx,+avx2,+fma,+f16c,+sse4.2"
+AVX512 = AVX2 + ",+avx512f,+avx512bw,+avx512vl,+avx512dq,+avx512cd"
+HOST = detect()
+X86 = HOST.arch == "x86_64"
+
+
+# ---- levels from feature strings ----
+
+@pytest.mark.parametrize("features,want", [
+    ("", ("generic",)),
+    ("+sse2,+sse4.2,+popcnt", ("generic",)),
+    (AVX2, ("generic", "avx2")),
+    # fma missing: avx2 is not reached, and nothing above it counts (levels are cumulative)
+    ("+avx,+avx2,+f16c," + AVX512.split(",", 5)[5] + ",+avx512vnni",
+     ("generic",)),
+    # a feature switched off is not a feature
+    (AVX2.replace("+fma", "-fma"), ("generic",)),
+    (AVX512, ("generic", "avx2", "avx512")),
+    # one of the four AVX-512 subsets missing: stays at avx2 even with VNNI/BF16 present
+    (AVX512.replace("+avx512dq", "-avx512dq") + ",+avx512vnni,+avx512bf16", ("generic", "avx2")),
+    (AVX512 + ",+avx512vnni", ("generic", "avx2", "avx512", "avx512_vnni")),
+    # bf16 without vnni: the ladder stops at avx512
+    (AVX512 + ",+avx512bf16", ("generic", "avx2", "avx512")),
+    (AVX512 + ",+avx512vnni,+avx512bf16", X86_LEVELS[:5]),
+    (AVX512 + ",+avx512vnni,+avx512bf16,+amx-tile,+amx-int8", X86_LEVELS[:5]),   # no amx-bf16
+    (AVX512 + ",+avx512vnni,+avx512bf16,+amx-tile,+amx-int8,+amx-bf16", X86_LEVELS),
+])
+def test_x86_levels_from_features(features, want):
+    assert supported_levels("x86_64", features) == want
+
+
+@pytest.mark.parametrize("features,want", [
+    ("", ("generic", "neon")),                          # Advanced SIMD is architectural
+    ("+neon,+fp-armv8", ("generic", "neon")),
+    ("+neon,+dotprod", ("generic", "neon", "dotprod")),
+    ("+neon,+i8mm,+sve", ("generic", "neon")),           # dotprod missing in the middle
+    ("+neon,+dotprod,+sve", ("generic", "neon", "dotprod")),   # i8mm missing
+    ("+neon,+dotprod,+i8mm", ("generic", "neon", "dotprod", "i8mm")),
+    ("+neon,+dotprod,+i8mm,+sve,+sve2", ARM_LEVELS),
+    ("+neon,+dotprod,-i8mm,+sve", ("generic", "neon", "dotprod")),
+])
+def test_aarch64_levels_from_features(features, want):
+    assert supported_levels("aarch64", features) == want
+
+
+def test_other_architectures_are_generic_only():
+    assert supported_levels("riscv64", "+v,+zvfh") == ("generic",)
+    assert isa_mod.normalize_arch("AMD64") == "x86_64"
+    assert isa_mod.normalize_arch("arm64") == "aarch64"
+
+
+# ---- forcing levels ----
+
+def test_host_levels_are_consistent():
+    assert HOST.levels == supported_levels(HOST.arch, isa_mod._host()[1])
+    assert HOST.level in HOST.levels
+    assert HOST.has("generic") and HOST.has(HOST.level)
+    assert HOST.f32_lanes * 32 == HOST.vector_bits
+
+
+@pytest.mark.parametrize("level", HOST.levels)
+def test_forced_levels(level):
+    forced = detect(level)
+    assert forced == HOST.at(level)
+    assert forced.level == level and forced.levels == HOST.levels
+    assert forced.host_cpu == HOST.host_cpu
+    higher = HOST.levels[HOST.levels.index(level) + 1:]
+    assert all(not forced.has(h) for h in higher)
+    assert all(forced.has(lo) for lo in HOST.levels[:HOST.levels.index(level) + 1])
+    if level == HOST.levels[-1]:
+        assert (forced.cpu_name, forced.features) == (HOST.host_cpu, isa_mod._host()[1])
+    elif X86:          # a forced level targets a generic CPU of that level, not the host
+        want = {"generic": "x86-64", "avx2": "x86-64-v3"}.get(level, "x86-64-v4")
+        assert forced.cpu_name == want
+        assert forced.cpu_name != HOST.host_cpu
+
+
+@pytest.fixture
+def fresh_detect(monkeypatch):
+    """detect() reads $REAME_ISA once (lru_cache): clear the cache around the test."""
+    detect.cache_clear()
+    yield monkeypatch
+    monkeypatch.delenv("REAME_ISA", raising=False)
+    detect.cache_clear()
+
+
+def test_reame_isa_forces_a_lower_level(fresh_detect):
+    fresh_detect.setenv("REAME_ISA", "generic")
+    isa = detect()
+    assert isa.level == "generic" and isa.levels == HOST.levels
+    # the registry then offers only what the forced level may run
+    specs = get_op("rms_norm").specs("F32", isa, K=64, eps=1e-6)
+    assert specs and {s.level for s in specs} == {"generic"}
+    assert {s.family for s in specs} == {"generic"}
+    # an explicit level still wins over the variable
+    assert detect(HOST.level).level == HOST.level
+
+
+def test_refuses_a_level_above_the_cpu(fresh_detect):
+    above = [lv for lv in (X86_LEVELS if X86 else ARM_LEVELS) if lv not in HOST.levels]
+    if not above:
+        pytest.skip("this CPU has every level of its architecture")
+    msg = f"ISA level '{above[0]}' is not available on this CPU"
+    with pytest.raises(ValueError, match=msg):
+        detect(above[0])
+    with pytest.raises(ValueError, match=msg):
+        HOST.at(above[0])
+    fresh_detect.setenv("REAME_ISA", above[0])
+    with pytest.raises(ValueError, match=r"available: generic"):
+        detect()
+
+
+def test_refuses_a_level_above_a_synthetic_cpu():
+    # independent of the host: an AVX2 machine asked for AVX-512
+    levels = supported_levels("x86_64", AVX2)
+    with pytest.raises(ValueError, match=r"'avx512' is not available on this CPU "
+                                         r"\(available: generic, avx2\)"):
+        isa_mod._make("x86_64", levels, "avx512", "haswell", AVX2)
+    isa = isa_mod._make("x86_64", levels, "avx2", "haswell", AVX2)
+    assert (isa.cpu_name, isa.features) == ("haswell", AVX2)           # native: exact host
+    isa = isa_mod._make("x86_64", levels, "generic", "haswell", AVX2)
+    assert (isa.cpu_name, isa.features) == ("x86-64", "")
+
+
+def test_unknown_level_is_named_as_unknown():
+    with pytest.raises(ValueError, match=r"unknown ISA level 'avx9000'"):
+        detect("avx9000")
+    with pytest.raises(ValueError, match=r"unknown ISA level 'AVX2'"):
+        HOST.at("AVX2")
+
+
+# ---- forced levels compile for their level only ----
+
+def _asm(level, op_name, dtype, family, **dims):
+    isa = detect(level)
+    op = get_op(op_name)
+    specs = [s for s in op.specs(dtype, isa, **{**op.example_dims, **dims}) if s.family == family]
+    assert specs, f"no {op_name}/{family} at {level}"
+    symbol, ir = render(specs[-1], isa)
+    asm = Compiler(isa, cache_dir=None).assembly(ir)
+    assert re.search(rf"^{symbol}:", asm, re.M), "the kernel symbol is not defined"
+    return asm
+
+
+@pytest.mark.skipif(not X86 or "avx2" not in HOST.levels, reason="x86-64 with AVX2")
+def test_avx2_level_assembly_has_no_zmm():
+    for op_name, dtype, family, dims in (("rms_norm", "F32", "simd", {"K": 200}),
+                                         ("matmul", "Q8_0", "avx2", {"M": 64, "K": 64}),
+                                         ("matmul_q8", "Q4_K", "kavx2", {"M": 64, "K": 256})):
+        asm = _asm("avx2", op_name, dtype, family, **dims)
+        assert "ymm" in asm, f"{op_name}/{family}: expected AVX2 code"
+        assert "zmm" not in asm, f"{op_name}/{family} at avx2 uses AVX-512 registers"
+
+
+@pytest.mark.skipif(not X86, reason="x86-64")
+def test_generic_level_assembly_has_no_ymm_or_zmm():
+    # the generic family sized for 16 lanes must still lower to SSE registers at x86-64
+    for op_name, dtype, family, dims in (("rms_norm", "F32", "generic", {"K": 200}),
+                                         ("matmul", "Q8_0", "generic", {"M": 64, "K": 64}),
+                                         ("matmul_q8", "Q4_K", "kgeneric", {"M": 64, "K": 256})):
+        asm = _asm("generic", op_name, dtype, family, **dims)
+        assert "xmm" in asm
+        assert not re.search(r"[yz]mm", asm), f"{op_name}/{family} at generic uses AVX registers"
+
+
+@pytest.mark.skipif(not X86 or "avx512" not in HOST.levels, reason="x86-64 with AVX-512")
+def test_avx512_level_assembly_uses_zmm():
+    # the positive control: the same check would see zmm registers where they are allowed
+    assert "zmm" in _asm("avx512", "matmul", "Q8_0", "avx512", M=64, K=64)
+
+
+# ---- threads ----
+
+def test_default_threads_is_sane():
+    n = default_threads()
+    assert isinstance(n, int) and n >= 1
+    assert n <= len(os.sched_getaffinity(0)) <= (os.cpu_count() or 1)

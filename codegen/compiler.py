@@ -94,7 +94,7 @@ class Compiler:
             mod.data_layout = str(self.tm.target_data)
             mod.verify()
             if self.ir_opt > 0:
-                pto = llvm.create_pipeline_tuning_options(speed_level=self.ir_opt, size_level=0)
+                pto = llvm.create_pipeline_tuning_options(speed_level=self.ir_opt)
                 pb = llvm.create_pass_builder(self.tm, pto)
                 pb.getModulePassManager().run(mod, pb)
             return mod
@@ -104,7 +104,7 @@ class Compiler:
             mod = llvm.parse_assembly(ir)
             mod.triple = self.tm.triple
             mod.data_layout = str(self.tm.target_data)
-            pto = llvm.create_pipeline_tuning_options(speed_level=level, size_level=0)
+            pto = llvm.create_pipeline_tuning_options(speed_level=level)
             pb = llvm.create_pass_builder(self.tm, pto)
             pb.getModulePassManager().run(mod, pb)
             return str(mod)

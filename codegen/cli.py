@@ -23,6 +23,8 @@ def _parse_kv(text: str | None) -> dict:
 
 
 def cmd_codegen(args) -> int:
+    import jinja2
+
     from . import registry
     from .compiler import get_compiler
     from .isa import detect
@@ -56,14 +58,19 @@ def cmd_codegen(args) -> int:
     tile = _parse_kv(args.tile)
     specs = [s for s in specs if all(s.p.get(k) == v for k, v in tile.items())]
     if not specs:
-        raise ReameError(f"no {op.name} variant for {dtype} at level {isa.level} matching "
-                         f"{args.family or ''} {args.tile or ''}".rstrip())
+        wanted = " ".join(x for x in (args.family, args.tile) if x)
+        raise ReameError(f"no {op.name} variant for {dtype} at level {isa.level}"
+                         + (f" matching {wanted}" if wanted else ""))
     spec = specs[-1]      # the most specific variant that matches
-    print(f"; {spec.label()}")
     if args.stage == "template":
+        print(f"; {spec.label()}")
         print(template_source(spec))
         return 0
-    symbol, ir = render(spec, isa)
+    try:                  # dims a template rejects (by name, or a type error) are user errors
+        symbol, ir = render(spec, isa)
+    except (jinja2.TemplateError, TypeError, ValueError, ZeroDivisionError) as e:
+        raise ReameError(f"cannot render {spec.label()}: {e}") from None
+    print(f"; {spec.label()}")
     if args.stage == "ir":
         print(ir)
         return 0

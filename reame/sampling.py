@@ -42,9 +42,11 @@ class SamplingParams:
             ("top_p", 0.0 < self.top_p <= 1.0, "must be in (0, 1]"),
             ("min_p", 0.0 <= self.min_p <= 1.0, "must be in [0, 1]"),
             ("repetition_penalty", 0.0 < self.repetition_penalty <= 10.0, "must be in (0, 10]"),
+            ("penalty_last_n", self.penalty_last_n >= -1, "must be >= -1 (-1: whole history)"),
             ("presence_penalty", -2.0 <= self.presence_penalty <= 2.0, "must be in [-2, 2]"),
             ("frequency_penalty", -2.0 <= self.frequency_penalty <= 2.0, "must be in [-2, 2]"),
             ("top_logprobs", 0 <= self.top_logprobs <= 20, "must be in [0, 20]"),
+            ("seed", self.seed is None or self.seed >= 0, "must be >= 0"),
         ]
         for name, ok, why in checks:
             if not ok:
@@ -107,8 +109,9 @@ class Sampler:
         if p.logprobs:
             lp = log_softmax(raw)
             out.logprob = float(lp[token])
-            if p.top_logprobs:
-                top = np.argpartition(-lp, p.top_logprobs - 1)[:p.top_logprobs]
+            n_top = min(p.top_logprobs, len(lp))
+            if n_top:
+                top = np.argpartition(-lp, n_top - 1)[:n_top]
                 top = top[np.argsort(-lp[top], kind="stable")]
                 out.top_logprobs = [(int(t), float(lp[t])) for t in top]
         self.accept(token)

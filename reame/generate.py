@@ -40,6 +40,7 @@ class Generation:
 
     def __post_init__(self):
         from .tokenizer import IncrementalDecoder
+        self.stop = [s for s in self.stop if s]   # "" would match at once and emit nothing
         self.sampler = Sampler(self.params, self.prompt_ids)
         self.decoder = IncrementalDecoder(self.tokenizer, skip_special=True)
         self.output_ids: list[int] = []

@@ -14,7 +14,7 @@ from typing import Iterator
 import numpy as np
 
 from .batch import Batch
-from .errors import ContextLengthError
+from .errors import ContextLengthError, ReameError
 from .sampling import Sampled, Sampler, SamplingParams
 
 PREFILL_CHUNK = 512   # prompt tokens per forward call (bounds activation memory)
@@ -47,6 +47,8 @@ class Generation:
         self.text = ""            # everything emitted so far
         self._held = ""           # decoded text not yet emitted (possible stop-sequence prefix)
         self.finish_reason: str | None = None
+        if not self.prompt_ids:                   # nothing to take the first logits from
+            raise ReameError("the prompt is empty (it encodes to no tokens)")
         if self.n_ctx and len(self.prompt_ids) >= self.n_ctx:
             raise ContextLengthError(f"the prompt has {len(self.prompt_ids)} tokens; the context "
                                      f"holds {self.n_ctx}")

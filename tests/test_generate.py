@@ -231,6 +231,11 @@ def test_prompt_that_does_not_fit(n_prompt):
     assert f"{n_prompt} tokens" in msg and "8" in msg and "\n" not in msg
 
 
+def test_empty_prompt_is_refused():
+    with pytest.raises(ReameError, match="prompt is empty"):
+        Generation(TOK, [], GREEDY)
+
+
 def test_steps_carry_the_sampled_token_and_logprobs():
     gen = Generation(TOK, [0], SamplingParams(temperature=0.0, logprobs=True, top_logprobs=2))
     step = gen.step(onehot(TOK.id("Hel")))

@@ -144,14 +144,20 @@ class Compiler:
     def _cache_write(self, path: Path | None, obj: bytes) -> None:
         if path is None:
             return
+        tmp = None
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
             with os.fdopen(fd, "wb") as f:
                 f.write(CACHE_MAGIC + hashlib.sha256(obj).digest() + obj)
             os.replace(tmp, path)
-        except OSError as e:            # a read-only cache must not stop the server
+        except OSError as e:            # a read-only or full cache must not stop the server
             log.warning("cannot write kernel cache %s: %s", path, e)
+            if tmp is not None:         # no partial file left behind (e.g. disk full)
+                try:
+                    os.unlink(tmp)
+                except OSError:
+                    pass
 
     def compile(self, ir: str, symbols: list[str]) -> dict[str, int]:
         """Compile (or load from the cache) a module and return the addresses of `symbols`."""

@@ -51,7 +51,18 @@ def cmd_generate(args) -> int:
     from .sampling import SamplingParams
     from .tokenizer import Tokenizer
 
+    if args.max_tokens < 1:
+        raise ReameError(f"--max-tokens must be >= 1 (got {args.max_tokens})")
+    if args.ctx_size is not None and args.ctx_size < 0:
+        raise ReameError(f"--ctx-size must be >= 0 (0: the default; got {args.ctx_size})")
     model = load_model(args.model)
+    params = SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+                            min_p=args.min_p, repetition_penalty=args.repeat_penalty,
+                            seed=args.seed)
+    try:
+        params.validate(model.config.n_vocab)
+    except ValueError as e:
+        raise ReameError(str(e)) from None
     tok = Tokenizer.from_metadata(model.metadata)
     if args.chat:
         from .chat_template import ChatTemplate
@@ -63,13 +74,6 @@ def cmd_generate(args) -> int:
         prompt_ids = tok.encode(args.prompt, add_special=True, parse_special=args.special)
     engine = create_engine(model, args.engine, n_ctx=args.ctx_size, max_seqs=1,
                            kv_type=args.kv_type, threads=args.threads)
-    params = SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
-                            min_p=args.min_p, repetition_penalty=args.repeat_penalty,
-                            seed=args.seed)
-    try:
-        params.validate(model.config.n_vocab)
-    except ValueError as e:
-        raise ReameError(str(e)) from None
     gen = Generation(tok, prompt_ids, params, max_tokens=args.max_tokens, stop=args.stop or [],
                      n_ctx=engine.n_ctx, ignore_eos=args.ignore_eos)
     out = sys.stdout
@@ -107,8 +111,16 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kv-type", choices=("f32", "f16"), default="f32", help="KV cache type")
 
 
+class _Parser(argparse.ArgumentParser):
+    """Usage errors as one line `reame: error: ...` and exit code 2, like every other error
+    (subcommand parsers inherit the class)."""
+
+    def error(self, message):
+        self.exit(2, f"reame: error: {message} (see: {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="reame", description=__doc__)
+    parser = _Parser(prog="reame", description=__doc__)
     parser.add_argument("--version", action="version", version=_version())
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 

@@ -235,6 +235,14 @@ def test_generate_bad_flag_values(capsys, stories, flags, named):
     assert named in msg, msg
 
 
+def test_empty_prompt_is_one_line(capsys, tmp_path):
+    # a vocabulary that adds no BOS: an empty prompt is no tokens at all
+    m = write_model(tmp_path / "nobos.gguf", "tiny-llama", "Q8_0",
+                    metadata={"tokenizer.ggml.add_bos_token": False})
+    msg = one_line_error(*cli(capsys, "generate", m, "-p", "", "--engine", "reference"))
+    assert "prompt is empty" in msg
+
+
 def test_missing_arguments_are_one_line(capsys, stories):
     assert "--prompt" in one_line_error(*cli(capsys, "generate", stories))
     one_line_error(*cli(capsys, "info"))

@@ -6,6 +6,7 @@ subprocess, to prove nothing else (a traceback, a warning) reaches the terminal.
 
 from __future__ import annotations
 
+import io
 import json
 import subprocess
 import sys
@@ -140,6 +141,25 @@ def test_generate_greedy_streams_the_expected_text(capsys, stories, first_case):
     assert out == first_case["greedy_text"] + "\n"
     assert err.count("\n") == 1                                   # the timing line
     assert err.startswith("[5 prompt tokens, 64 generated (length); ") and "engine jit]" in err
+
+
+def test_generate_streams_token_by_token(monkeypatch, stories, first_case):
+    class Recorder(io.StringIO):
+        writes, flushes = [], 0
+
+        def write(self, s):
+            self.writes.append(s)
+            return super().write(s)
+
+        def flush(self):
+            Recorder.flushes += 1
+
+    rec = Recorder()
+    monkeypatch.setattr(sys, "stdout", rec)
+    assert main(["generate", stories, "-p", PROMPT, "--temperature", "0", "-n", "16", "-q"]) == 0
+    assert len(rec.writes) == 16 + 1 and rec.flushes >= 16        # a write per token, then "\n"
+    assert rec.getvalue() == "".join(rec.writes) and first_case["greedy_text"].startswith(
+        rec.getvalue()[:-1])
 
 
 def test_generate_reference_engine_same_text_quiet(capsys, stories, first_case):

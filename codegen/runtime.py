@@ -143,11 +143,13 @@ class Program:
 
     def __init__(self, table_ptr: int, active_ptr: int, n_slots: int,
                  ops: list[tuple[int, int, bool, int]]):
-        """ops: (slot, args pointer, wait for completion before the next op, slices/thread)."""
+        """ops: (slot, args pointer, wait for completion before the next op[, slices/thread,
+        default 1])."""
         self.words = aligned_zeros(PROGRAM_HEADER + OP_WORDS * len(ops))
         w = self.words
         w[0], w[1], w[2], w[3] = len(ops), table_ptr, active_ptr, n_slots
-        for i, (slot, args_ptr, wait, slices) in enumerate(ops):
+        for i, (slot, args_ptr, wait, *rest) in enumerate(ops):
+            slices = rest[0] if rest else 1
             j = PROGRAM_HEADER + OP_WORDS * i
             w[j], w[j + 1] = slot, args_ptr
             w[j + 2] = (FLAG_WAIT if wait else 0) | (max(1, min(255, slices)) << SLICES_SHIFT)

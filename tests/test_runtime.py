@@ -239,6 +239,14 @@ def test_last_op_always_waits():
     assert flags[0] >> 8 == 1 and flags[1] >> 8 == 255          # slices clamped to 1..255
 
 
+def test_ops_without_a_slice_count_get_one_slice_per_thread(kernels):
+    """(slot, args, wait) entries, as written before slices existed (bench/kernels.py)."""
+    net = Net(kernels, CHAIN)
+    words = Program(net.table.table_ptr, net.table.active_ptr, net.table.capacity,
+                    [(i, b.ctypes.data, True) for i, b in enumerate(net.blocks)]).words
+    assert np.array_equal(words, net.program.words)
+
+
 # ---- statistics ----
 
 def test_stats_count_calls_once_per_step_per_op(kernels):

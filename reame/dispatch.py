@@ -123,6 +123,7 @@ class DispatchTable:
             inactive = 1 - int(self.active[0])
             self.fns[inactive * self.capacity + slot] = kernel.address
             s.staged = kernel
+            s.rolling_back = False            # a new variant replaces a pending rollback
             self._dirty = True
 
     def rollback(self, slot: int) -> Kernel | None:
@@ -132,7 +133,7 @@ class DispatchTable:
             return None
         prev = s.history[-1]
         self.stage(slot, prev, verify=False)
-        s.rolling_back = True
+        s.rolling_back = True                 # set after stage(), which clears it
         return prev
 
     def commit(self) -> bool:

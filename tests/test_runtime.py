@@ -388,9 +388,6 @@ def test_program_runs_the_committed_kernel_only(kernels):
         pool.close()
 
 
-@pytest.mark.xfail(strict=True, reason="reame/dispatch.py: stage() over a pending rollback keeps "
-                                       "the rolling_back flag, so commit pops history instead "
-                                       "of pushing the live kernel (reported, not fixed here)")
 def test_dispatch_stage_over_a_pending_rollback_keeps_history(kernels):
     table = DispatchTable(capacity=4)
     k1, k2 = kernels["rms"], kernels["rms_generic"]

@@ -9,8 +9,9 @@ tokenizer whose word cache is empty (a server's first request); "warm" the same 
 llama.cpp's tokenizer (llama-cpp-python, vocab_only) is timed beside it when importable, and
 its ids are compared with ours. Results go to bench/results/tokenize.json.
 
-Budget: llama.cpp prefills a 0.5B Q8_0 model at 262 tok/s on this machine, so a 4,096-token
-prompt takes ~15.6 s and 5% of it is 0.78 s (see docs/tokenizers.md).
+Budget: the engine's prefill time for the same prompt: Reame's measured prefill rate of the
+0.5B Q8_0 model (bench/results/engine.json, written by `python -m bench.engine`), else
+llama.cpp's 262 tok/s; 5% of that time is the budget (see docs/tokenizers.md).
 """
 
 from __future__ import annotations
@@ -120,18 +121,56 @@ def time_encode(tok: Tokenizer, text: str, repeat: int) -> tuple[float, float, l
     return min(colds), min(warms), ids
 
 
-def llama_cpp_time(path, text: str, repeat: int):
+_LLAMA_SCRIPT = r"""
+import json, sys, time
+import llama_cpp
+path, text_file, repeat = sys.argv[1], sys.argv[2], int(sys.argv[3])
+text = open(text_file, encoding="utf-8").read()
+llm = llama_cpp.Llama(model_path=path, vocab_only=True, verbose=False)
+best, ids = float("inf"), None
+for _ in range(repeat):
+    t0 = time.perf_counter()
+    ids = llm.tokenize(text.encode("utf-8"), add_bos=False, special=False)
+    best = min(best, time.perf_counter() - t0)
+print(json.dumps([best, list(ids)]))
+"""
+
+
+def llama_cpp_time(path, text: str, repeat: int, python: str):
+    """(best seconds, ids) of llama.cpp's tokenizer (llama-cpp-python, vocab_only), run by
+    `python` (this interpreter or another one that has llama_cpp), on the same text."""
+    import subprocess
+    import tempfile
+    with tempfile.NamedTemporaryFile("w", suffix=".txt", encoding="utf-8", delete=False) as f:
+        f.write(text)
     try:
-        import llama_cpp
-    except ImportError:
-        return None
-    llm = llama_cpp.Llama(model_path=str(path), vocab_only=True, verbose=False)
-    best, ids = float("inf"), None
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        ids = llm.tokenize(text.encode("utf-8"), add_bos=False, special=False)
-        best = min(best, time.perf_counter() - t0)
+        r = subprocess.run([python, "-c", _LLAMA_SCRIPT, str(path), f.name, str(repeat)],
+                           capture_output=True, text=True)
+    finally:
+        os.unlink(f.name)
+    if r.returncode != 0:
+        raise SystemExit(f"llama.cpp tokenizer failed: {r.stderr[-2000:]}")
+    best, ids = json.loads(r.stdout)
     return best, ids
+
+
+def llama_python(option: str | None) -> str | None:
+    """A Python that can import llama_cpp: this one, --llama-python, or $REAME_LLAMA_PYTHON."""
+    import subprocess
+    for cand in (sys.executable, option, os.environ.get("REAME_LLAMA_PYTHON")):
+        if cand and subprocess.run([cand, "-c", "import llama_cpp"],
+                                   capture_output=True).returncode == 0:
+            return cand
+    return None
+
+
+def engine_prefill() -> float | None:
+    """Reame's measured prefill tok/s on the 0.5B Q8_0 model (bench/engine.py's results)."""
+    try:
+        res = json.loads((REPO / "bench" / "results" / "engine.json").read_text())["results"]
+        return next(r["reame"]["prefill_tps"] for r in res if r["model"] == "qwen2-0.5b")
+    except (OSError, ValueError, KeyError, StopIteration):
+        return None
 
 
 def prompt_of(tok: Tokenizer, text: str, n_tokens: int) -> str:
@@ -147,23 +186,28 @@ def main() -> int:
     ap.add_argument("--vocab", nargs="+", default=["qwen2", "llama-bpe", "llama-spm"])
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--out", default=str(REPO / "bench" / "results" / "tokenize.json"))
+    ap.add_argument("--llama-python", default=None,
+                    help="a python that can import llama_cpp (default: this one if it can)")
+    ap.add_argument("--prefill-tok-s", type=float, default=None,
+                    help="the engine's prefill rate the budget is taken against (default: "
+                         "Reame's 0.5B Q8_0 figure in bench/results/engine.json, else 262)")
     args = ap.parse_args()
+    global PREFILL_TOK_S
+    PREFILL_TOK_S = args.prefill_tok_s or engine_prefill() or PREFILL_TOK_S
 
     corpora = {"english": english(), "mixed": mixed()}
-    try:
-        import llama_cpp  # noqa: F401
-        have_llama = True
-    except ImportError:
-        have_llama = False
+    lpy = llama_python(args.llama_python)
+    have_llama = lpy is not None
+    if not have_llama:
         print("llama-cpp-python is not installed: the llama.cpp column is skipped "
-              "(pip install llama-cpp-python to compare)")
+              "(pip install llama-cpp-python, or pass --llama-python)")
 
     results = {"machine": platform.processor() or platform.machine(),
                "python": sys.version.split()[0], "cpus": os.cpu_count(), "corpus_chars": SIZE,
                "prefill_tok_s": PREFILL_TOK_S, "prompt_tokens": PROMPT_TOKENS,
                "budget_s": PROMPT_TOKENS / PREFILL_TOK_S * BUDGET_FRACTION, "vocabs": {}}
     print(f"{'vocab':<11}{'corpus':<9}{'tokens':>8}{'cold tok/s':>13}{'warm tok/s':>13}"
-          f"{'llama.cpp tok/s':>17}")
+          f"   {'llama.cpp tok/s'}")
     for name in args.vocab:
         t0 = time.perf_counter()
         tok, path = load(name)
@@ -176,16 +220,17 @@ def main() -> int:
             cold, warm, ids = time_encode(tok, text, args.repeat)
             row = {"tokens": len(ids), "cold_s": round(cold, 4), "warm_s": round(warm, 4),
                    "cold_tok_s": round(len(ids) / cold), "warm_tok_s": round(len(ids) / warm)}
-            ref = llama_cpp_time(path, text, args.repeat) if have_llama else None
+            ref = llama_cpp_time(path, text, args.repeat, lpy) if have_llama else None
             lc = "skipped"
             if ref is not None:
                 row["llama_cpp_s"] = round(ref[0], 4)
                 row["llama_cpp_tok_s"] = round(len(ref[1]) / ref[0])
                 row["ids_equal_llama_cpp"] = list(ref[1]) == ids
-                lc = f"{row['llama_cpp_tok_s']:,}"
+                lc = f"{row['llama_cpp_tok_s']:,}" + (" (same ids)" if row["ids_equal_llama_cpp"]
+                                                     else " (IDS DIFFER)")
             entry[cname] = row
             print(f"{name:<11}{cname:<9}{len(ids):>8}{row['cold_tok_s']:>13,}"
-                  f"{row['warm_tok_s']:>13,}{lc:>17}")
+                  f"{row['warm_tok_s']:>13,}   {lc}")
         # the 4,096-token prompt, cold cache, mixed script (the harder case)
         prompt = prompt_of(tok, corpora["mixed"], PROMPT_TOKENS)
         cold, warm, ids = time_encode(tok, prompt, args.repeat)

@@ -6,10 +6,9 @@ words (most text) costs a dict lookup per word.
 
 from __future__ import annotations
 
-import heapq
-
 from ..errors import TokenizerError
 from .pretokenize import PreTokenizer, byte_encode
+from .merge import merge_heap, merge_naive
 from .vocab import Vocab
 
 CACHE_MAX = 200_000      # words; the cache is cleared when it grows past this
@@ -71,53 +70,12 @@ class BPE:
                 ids.extend(t2i[c] for c in s if c in t2i)
         return ids
 
+    def _priority(self, a: str, b: str):
+        return self.ranks.get(a + self.sep + b)
+
     def _merge_naive(self, enc: str) -> list[str]:
-        ranks, sep = self.ranks, self.sep
-        syms = list(enc)
-        while len(syms) > 1:
-            best, best_i = None, -1
-            for i in range(len(syms) - 1):
-                r = ranks.get(syms[i] + sep + syms[i + 1])
-                if r is not None and (best is None or r < best):
-                    best, best_i = r, i
-            if best_i < 0:
-                break
-            syms[best_i:best_i + 2] = [syms[best_i] + syms[best_i + 1]]
-        return syms
+        return merge_naive(list(enc), self._priority)
 
     def _merge_heap(self, enc: str) -> list[str]:
-        """Same result as `_merge_naive` in O(n log n): a heap of (rank, left index) over a
-        doubly linked list of symbols; stale entries are recognised by their text."""
-        ranks, sep = self.ranks, self.sep
-        syms: list[str] = list(enc)
-        n = len(syms)
-        nxt = list(range(1, n + 1))
-        prv = list(range(-1, n - 1))
-        nxt[-1] = -1
-        heap = []
-        for i in range(n - 1):
-            r = ranks.get(syms[i] + sep + syms[i + 1])
-            if r is not None:
-                heap.append((r, i, syms[i] + syms[i + 1]))
-        heapq.heapify(heap)
-        while heap:
-            _, left, text = heapq.heappop(heap)
-            right = nxt[left]
-            if not syms[left] or right < 0 or syms[left] + syms[right] != text:
-                continue
-            syms[left] = text
-            syms[right] = ""
-            nr = nxt[right]
-            nxt[left] = nr
-            if nr >= 0:
-                prv[nr] = left
-            p = prv[left]
-            if p >= 0:
-                r = ranks.get(syms[p] + sep + text)
-                if r is not None:
-                    heapq.heappush(heap, (r, p, syms[p] + text))
-            if nr >= 0:
-                r = ranks.get(text + sep + syms[nr])
-                if r is not None:
-                    heapq.heappush(heap, (r, left, text + syms[nr]))
-        return [s for s in syms if s]
+        """Same result as `_merge_naive` in O(n log n) (reame/tokenizer/merge.py)."""
+        return merge_heap(list(enc), self._priority)

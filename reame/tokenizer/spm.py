@@ -14,10 +14,9 @@ into words there and each word is merged once and cached.
 
 from __future__ import annotations
 
-import heapq
-
 import regex
 
+from .merge import merge_heap, merge_naive
 from .vocab import ATTR_CONTROL, ATTR_UNKNOWN, Vocab
 
 CACHE_MAX = 200_000
@@ -78,54 +77,12 @@ class SPM:
                         ids.append(self.unk)
         return ids
 
+    def _priority(self, a: str, b: str):
+        p = self.pieces.get(a + b)
+        return None if p is None else -p[0]          # the highest score merges first
+
     def _merge_naive(self, word: str) -> list[str]:
-        pieces = self.pieces
-        syms = list(word)
-        while len(syms) > 1:
-            best_i, best = -1, 0.0
-            for i in range(len(syms) - 1):
-                p = pieces.get(syms[i] + syms[i + 1])
-                if p is not None and (best_i < 0 or p[0] > best):
-                    best_i, best = i, p[0]
-            if best_i < 0:
-                break
-            syms[best_i:best_i + 2] = [syms[best_i] + syms[best_i + 1]]
-        return syms
+        return merge_naive(list(word), self._priority)
 
     def _merge_heap(self, word: str) -> list[str]:
-        pieces = self.pieces
-        syms = list(word)
-        n = len(syms)
-        nxt = list(range(1, n + 1))
-        prv = list(range(-1, n - 1))
-        nxt[-1] = -1
-        heap = []
-        for i in range(n - 1):
-            t = syms[i] + syms[i + 1]
-            p = pieces.get(t)
-            if p is not None:
-                heap.append((-p[0], i, t))
-        heapq.heapify(heap)
-        while heap:
-            _, left, text = heapq.heappop(heap)
-            right = nxt[left]
-            if not syms[left] or right < 0 or syms[left] + syms[right] != text:
-                continue
-            syms[left] = text
-            syms[right] = ""
-            nr = nxt[right]
-            nxt[left] = nr
-            if nr >= 0:
-                prv[nr] = left
-            pl = prv[left]
-            if pl >= 0:
-                t = syms[pl] + text
-                p = pieces.get(t)
-                if p is not None:
-                    heapq.heappush(heap, (-p[0], pl, t))
-            if nr >= 0:
-                t = text + syms[nr]
-                p = pieces.get(t)
-                if p is not None:
-                    heapq.heappush(heap, (-p[0], left, t))
-        return [s for s in syms if s]
+        return merge_heap(list(word), self._priority)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 
@@ -109,6 +110,24 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ctx-size", type=int, default=None,
                    help="context per sequence (default: min(model's context, 4096))")
     p.add_argument("--kv-type", choices=("f32", "f16"), default="f32", help="KV cache type")
+    p.add_argument("--isa", default=None, metavar="LEVEL",
+                   help="build kernels for a lower ISA level (generic, avx2, avx512, ...; "
+                        "default: this CPU's highest, or $REAME_ISA)")
+
+
+def apply_isa(args) -> None:
+    """--isa LEVEL: checked now, then passed to every engine (and gunicorn's workers) through
+    $REAME_ISA, the one place codegen reads a forced level from."""
+    level = getattr(args, "isa", None)
+    if level is None or getattr(args, "command", None) == "codegen":
+        return
+    from .codegen.isa import detect
+    try:
+        detect(level)
+    except ValueError as e:
+        raise ReameError(str(e)) from None
+    os.environ["REAME_ISA"] = level
+    detect.cache_clear()
 
 
 class _Parser(argparse.ArgumentParser):
@@ -173,6 +192,7 @@ def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        apply_isa(args)
         return args.func(args) or 0
     except ReameError as e:
         print(f"reame: error: {e}", file=sys.stderr)

@@ -272,3 +272,27 @@ def test_missing_arguments_are_one_line(capsys, stories):
 def test_version(capsys):
     rc, out, err = cli(capsys, "--version")
     assert rc == 0 and out == f"reame {__version__}\n" and err == ""
+
+
+@pytest.mark.parametrize("level", ["generic", "avx2"])
+def test_generate_isa_flag_builds_lower_level_kernels(capsys, monkeypatch, stories, first_case,
+                                                      level):
+    import os
+
+    from reame.codegen.isa import detect
+    if level not in detect().levels:
+        pytest.skip(f"this CPU has no {level} level")
+    monkeypatch.delenv("REAME_ISA", raising=False)
+    rc, out, _ = cli(capsys, "generate", stories, "-p", PROMPT, "--temperature", "0", "-n", "64",
+                     "-q", "--isa", level)
+    try:
+        assert rc == 0 and out.rstrip("\n") == first_case["greedy_text"]
+        assert os.environ["REAME_ISA"] == level
+    finally:
+        os.environ.pop("REAME_ISA", None)
+        detect.cache_clear()
+
+
+def test_generate_isa_flag_unknown_level(capsys, stories):
+    assert "ISA level" in one_line_error(*cli(capsys, "generate", stories, "-p", PROMPT,
+                                              "--isa", "avx9"))

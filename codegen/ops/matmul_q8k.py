@@ -1,0 +1,95 @@
+"""matmul_q8k: K-quant weights (Q4_K, Q5_K, Q6_K) times Q8K activations, integer dot products.
+
+    y[n, M] (+)= dequant(w)[M, K] @ dequant(xq)[n, K]^T
+    args ("w", "xq", "y", "n"); dims ("M", "K", "acc"); K a multiple of 256
+
+`w` holds M rows of K/256 superblocks (GGUF layout), `xq` n activation rows in the Q8K format of
+codegen/q8k.py (made by the op `quantize_q8k`: one f32 scale per 256 values, as llama.cpp's
+Q8_K), `y` is float32 [n, M]; `acc=1` adds to y. Threads split the M rows (one weight-row stream
+per thread); tokens are processed in tiles of `nt`, each weight superblock unpacked once per tile.
+
+Because the activation scale is per superblock, the integer products of all sub-blocks of a
+superblock, scaled by the weights' integer sub-block scales, add up in int32, and one float
+multiply-add per superblock and token applies d_w * d_x (matmul_q8's K-quant kernels on Q8A do
+a float multiply-add per 32-block and token). Q4_K/Q5_K mins use Q8K's per-32 dequantised
+activation sums (one 8-lane FMA per superblock and token); Q6_K's -32 offset uses its per-16
+integer sums.
+
+Families (templates/matmul_q8k_<family>.ll.j2, skeleton in matmul_q8k_common.ll.j2):
+    generic   portable vector IR (zext/sext, mul, reduce add), any LLVM target
+    avx2      AVX2 vpmaddubsw + vpmaddwd (the sub-block scale as the i16 multiplier), one
+              32-block per ymm, int32 accumulation over the superblock
+    vnni      AVX-512: vpmaddubsw + vpdpwssd (AVX-512 VNNI), 64 values per zmm, GFNI nibble
+              split on GFNI hosts
+Tiles: nt = tokens per weight pass, u = superblocks per loop step, pf = software prefetch
+distance (bytes) of the weight stream. Measured figures: docs/kernels-kquants.md.
+
+The expected result is dequant(W) @ dequant(xq)^T in float64: the integer sums per superblock
+are exact, the error is float32 rounding of the per-superblock scale products and of the sums
+over superblocks (and, Q4_K/Q5_K, of the separate min term).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from reame.tensor_types import TENSOR_TYPES
+
+from .. import q8k
+from .base import Case, Op, Variant
+from .matmul_q8_k import random_activations, random_weights
+
+K_TYPES = ("Q4_K", "Q5_K", "Q6_K")
+_TILES = "nt = tokens per weight pass, u = superblocks per loop step, pf = prefetch distance (B)"
+
+
+def _case(spec, rng, n):
+    M, K = spec.p["M"], spec.p["K"]
+    w = random_weights(spec.dtype, rng, M, K)
+    xq = q8k.quantize_rows(random_activations(rng, n, K))
+    y = (rng.standard_normal((n, M)).astype(np.float32) if spec.p.get("acc")
+         else np.full((n, M), np.nan, np.float32))       # acc=0 must overwrite every output
+    bufs = {"w": w, "xq": xq, "y": y}
+    return Case(bufs, OP.pack(bufs, n=n), ("y",), {"y0": y.copy(), "n": n})
+
+
+def _reference(spec, case):
+    K = spec.p["K"]
+    W = TENSOR_TYPES[spec.dtype].dequantize(case.buffers["w"]).astype(np.float64)
+    X = q8k.dequantize_rows(case.buffers["xq"], K).astype(np.float64)
+    y = X @ W.T
+    if spec.p.get("acc"):
+        y = y + case.meta["y0"].astype(np.float64)
+    return {"y": y}
+
+
+# (rtol, atol) for data of about unit size (|y| ~ 1 for any K): the integer sums per superblock
+# are exact; float32 rounding of d_w * d_x, of the int32 -> f32 conversion and of the sums over
+# superblocks remains. Tightness: tests/test_kernels_matmul_q8k_act.py.
+TOLERANCE = {"Q4_K": (1e-5, 2e-5), "Q5_K": (1e-5, 2e-5), "Q6_K": (1e-5, 2e-5)}
+
+OP = Op(
+    name="matmul_q8k",
+    args=("w", "xq", "y", "n"),
+    dims=("M", "K", "acc"),
+    variants=(
+        Variant("generic", "generic", K_TYPES, ({"nt": 1, "u": 1}, {"nt": 4, "u": 1}),
+                "portable: 32-lane zext/sext/mul/reduce per 32-block, integer sub-block "
+                "scales, one float scale per superblock; " + _TILES),
+        Variant("avx2", "avx2", K_TYPES,
+                ({"nt": 1, "u": 1, "pf": 8192}, {"nt": 4, "u": 1}),
+                "AVX2 vpmaddubsw + vpmaddwd (sub-block scale as the i16 multiplier), int32 "
+                "sums per superblock; " + _TILES),
+        Variant("vnni", "avx512_vnni", K_TYPES,
+                ({"nt": 1, "u": 1, "pf": 8192}, {"nt": 1, "u": 2, "pf": 8192, "pk": 1},
+                 {"nt": 4, "u": 1, "pk": 1}, {"nt": 8, "u": 1}),
+                "AVX-512 VNNI, 64 values per zmm: vpmaddubsw + vpdpwssd (sub-block scales as "
+                "i16 words), or (pk=1) vpdpbusd + vpackssdw + vpdpwssd; int32 sums per "
+                "superblock; " + _TILES),
+    ),
+    make_case=_case,
+    reference=_reference,
+    tolerance=lambda dtype: TOLERANCE[dtype],
+    example_dims={"M": 5632, "K": 2048, "acc": 0},
+    doc="y[n, M] (+)= W[M, K] @ X[n, K]^T, K-quant weights x Q8K activations, integer dots",
+)

@@ -13,7 +13,7 @@ import math
 import numpy as np
 
 from .batch import Batch
-from .codegen import q8a
+from .codegen import q8a, q8k
 from .config import ModelConfig
 from .kv_cache import DEFAULT_MAX_CTX, KVCache
 from .model import Model
@@ -77,7 +77,8 @@ class ReferenceEngine:
     name = "reference"
 
     def __init__(self, model: Model, n_ctx: int | None = None, max_seqs: int = 4,
-                 kv_dtype: str = "f32", act_quant: bool = False):
+                 kv_dtype: str = "f32", act_quant: bool = False,
+                 q8k_min_tokens: int | None = None):
         self.model, self.config = model, model.config
         c = self.config
         self.n_ctx = n_ctx or min(c.n_ctx_train, DEFAULT_MAX_CTX)
@@ -91,10 +92,20 @@ class ReferenceEngine:
         # integer-dot kernels (and llama.cpp's) do; the oracle for that path
         self.act_quant = {name for name, t in model.tensors.items()
                           if act_quant and t.type.quantized and t.shape[0] % 32 == 0}
+        # ... and through Q8K instead (one scale per 256 values) for K-quant weights in steps of
+        # >= q8k_min_tokens tokens, as the JIT engine does with the same setting (matmul_q8k)
+        self.q8k_min_tokens = q8k_min_tokens
+        self.act_q8k = {name for name in self.act_quant
+                        if model.tensors[name].type.name in ("Q4_K", "Q5_K", "Q6_K")
+                        and model.tensors[name].shape[0] % 256 == 0}
+        self._step_tokens = 0
 
     def linear(self, x: np.ndarray, name: str) -> np.ndarray:
         """x @ W^T for the weight `name` (x [n, K] -> [n, rows of W])."""
-        if name in self.act_quant:
+        if (name in self.act_q8k and self.q8k_min_tokens is not None
+                and self._step_tokens >= self.q8k_min_tokens):
+            x = q8k.dequantize_rows(q8k.quantize_rows(x), x.shape[1])
+        elif name in self.act_quant:
             x = q8a.dequantize_rows(q8a.quantize_rows(x), x.shape[1])
         return x @ self.w[name].T
 
@@ -102,6 +113,7 @@ class ReferenceEngine:
         """Logits [len(batch.logits_rows), n_vocab] for a batch of tokens (see Batch)."""
         c, w, kv = self.config, self.w, self.kv
         n = len(batch)
+        self._step_tokens = n                      # the JIT picks Q8A or Q8K by step size
         pos, seq = batch.positions, batch.seq_ids
         kv.check(pos, seq)
         cos, sin = rope_angles(c, pos, self.freq_factors)

@@ -15,19 +15,26 @@ from __future__ import annotations
 import numpy as np
 
 from ..batch import Batch
-from ..codegen import q8a
+from ..codegen import q8a, q8k
 from ..codegen.isa import detect
 from ..codegen.runtime import NativePool
 from ..dispatch import DispatchTable
 from ..kv_cache import KVCache
 from ..model import Model
 from ..reference import rope_angles
+from . import program as _program
 from .program import M, N, ProgramBuilder, StepProgram
 from .select import choose, int_path
 
 FLOAT_TYPES = ("F32", "F16", "BF16")
 MAX_BATCH_TOKENS = 512      # tokens per step (prefill chunk); larger prompts are chunked
 BUCKETS = (1, 4, 8, 16)     # step sizes with their own program (plus one up to the chunk size)
+# K-quant weights read Q8K activations (one scale per 256 values, op matmul_q8k) in programs
+# for at least this many tokens, Q8A (matmul_q8) below: see docs/engine.md for the measurements
+Q8K_TYPES = ("Q4_K", "Q5_K", "Q6_K")
+Q8K_MIN_TOKENS = 2
+if "matmul_q8k" not in _program.HEAVY_OPS:          # cut into several claimed slices per thread
+    _program.HEAVY_OPS = _program.HEAVY_OPS + ("matmul_q8k",)
 
 
 class JITEngine:
@@ -35,7 +42,8 @@ class JITEngine:
 
     def __init__(self, model: Model, n_ctx: int, max_seqs: int = 4, kv_dtype: str = "f32",
                  threads: int | None = None, max_batch_tokens: int = MAX_BATCH_TOKENS,
-                 isa=None, int_dot: bool = True, max_logits: int | None = None):
+                 isa=None, int_dot: bool = True, max_logits: int | None = None,
+                 q8k_min_tokens: int | None = Q8K_MIN_TOKENS):
         self.model, self.config = model, model.config
         c = self.config
         self.n_ctx = n_ctx
@@ -47,12 +55,20 @@ class JITEngine:
         self.kv_dtype = kv_dtype
         self.max_seqs = max_seqs
         self.int_dot = int_dot     # quantised weights x Q8A activations (False: f32 activations)
+        # K-quant weights x Q8K activations in programs for >= this many tokens (None: never)
+        self.q8k_min_tokens = q8k_min_tokens if int_dot else None
+        self.buckets = sorted({b for b in BUCKETS if b < self.max_tokens} | {self.max_tokens})
+        if self.q8k_min_tokens not in (None, 1, *(b + 1 for b in self.buckets)):
+            # a program serves every step size of its bucket: the switch must fall on a bucket
+            # edge for "steps of >= q8k_min_tokens tokens use Q8K" to hold exactly (the rule
+            # the reference engine's act_quant oracle emulates)
+            raise ValueError(f"q8k_min_tokens={self.q8k_min_tokens}: must be None, 1 or one more "
+                             f"than a bucket size {self.buckets}")
         self.pool = NativePool(threads or auto_threads(model), self.isa)
         self.threads = self.pool.nth
         self.table = DispatchTable()
         self.kernels: dict = {}
         self._alloc()
-        self.buckets = sorted({b for b in BUCKETS if b < self.max_tokens} | {self.max_tokens})
         self.programs: dict[int, StepProgram] = {b: self._build(b) for b in self.buckets}
         self._bucket_of = [0] + [next(b for b in self.buckets if b >= k)
                                  for k in range(1, self.max_tokens + 1)]
@@ -81,6 +97,11 @@ class JITEngine:
             self.qbuf[name] = q8(k)
         self.qbuf["ho"] = (np.zeros((L, q8a.row_stride(c.n_embd)), np.uint8)
                            if c.n_embd % 32 == 0 else None)
+        self.kbuf = {}                               # Q8K copies (K-quant weights), by source
+        for name, k, rows in (("h", c.n_embd, T), ("att", c.n_head * c.head_dim_v, T),
+                              ("g", c.n_ff, T), ("ho", c.n_embd, L)):
+            self.kbuf[name] = (np.zeros((rows, q8k.row_stride(k)), np.uint8)
+                               if self.q8k_min_tokens is not None and k % 256 == 0 else None)
         freq = self.model.tensors.get("rope_freqs.weight")
         cos, sin = rope_angles(c, np.arange(self.n_ctx), freq.dequantize() if freq else None)
         self.rope_cs = np.ascontiguousarray(np.stack([cos, sin], axis=-1), np.float32)
@@ -98,12 +119,24 @@ class JITEngine:
         W = lambda name: m.tensor(name).data         # noqa: E731  raw GGUF bytes (mmap)
         S = self.small
 
+        use_q8k = self.q8k_min_tokens is not None and bucket >= self.q8k_min_tokens
+
         def linear(site, x, xname, y, n, quantized: set, acc=0, bucket=bucket):
             """y (+)= x @ W^T for the weight `site`. Quantised weights with an integer kernel
-            read x as Q8A, made once per producer (`quantized` names the buffers already made)."""
+            read x as Q8A (or Q8K: K-quant weights in programs of >= q8k_min_tokens tokens),
+            made once per producer (`quantized` names the buffers already made)."""
             t = m.tensor(site)
             K, Mo = t.shape[0], t.n_rows
-            if (self.int_dot and t.type.quantized and int_path(t.type.name, isa)
+            if (use_q8k and t.type.name in Q8K_TYPES and self.kbuf.get(xname) is not None
+                    and int_path(t.type.name, isa)):
+                xq = self.kbuf[xname]
+                if xname + ":q8k" not in quantized:
+                    P.op(f"quantize_q8k.{site}", choose("quantize_q8k", "F32", isa, bucket, K=K),
+                         x=x, xq=xq, n=n)
+                    quantized.add(xname + ":q8k")
+                P.op(site, choose("matmul_q8k", t.type.name, isa, bucket, M=Mo, K=K, acc=acc),
+                     w=W(site), xq=xq, y=y, n=n)
+            elif (self.int_dot and t.type.quantized and int_path(t.type.name, isa)
                     and self.qbuf.get(xname) is not None):
                 xq = self.qbuf[xname]
                 if xname not in quantized:
@@ -131,7 +164,7 @@ class JITEngine:
              w=W("token_embd.weight"), ids=self.tokens, y=self.x, n=N)
         for il in range(c.n_layer):
             b = f"blk.{il}."
-            fresh: set = set()                                   # Q8A buffers made this block
+            fresh: set = set()                          # Q8A / Q8K buffers made this block
             # ---- attention: h = RMSNorm(x); q, k, v = h Wq, h Wk, h Wv
             P.op(b + "attn_norm", spec("rms_norm", K=c.n_embd, eps=c.rms_eps),
                  x=self.x, w=S[b + "attn_norm.weight"], y=self.h, n=N)
@@ -168,7 +201,7 @@ class JITEngine:
             # ---- feed-forward: x += (silu(h Wg) * (h Wu)) Wd, h = RMSNorm(x)
             P.op(b + "ffn_norm", spec("rms_norm", K=c.n_embd, eps=c.rms_eps),
                  x=self.x, w=S[b + "ffn_norm.weight"], y=self.h, n=N)
-            fresh.discard("h")
+            fresh.difference_update(("h", "h:q8k"))
             linear(b + "ffn_gate.weight", self.h, "h", self.g, N, fresh)
             P.no_barrier_before_next()
             linear(b + "ffn_up.weight", self.h, "h", self.u, N, fresh)

@@ -42,7 +42,7 @@ def _run(kernel, x, nth):
 def _expect(x):
     want = q8k.quantize_rows(x)
     K = x.shape[1]
-    want[:, q8k.offsets(K)[2] + K // 8:] = 0xA5
+    want[:, q8k.offsets(K)["end"]:] = 0xA5
     return want
 
 
@@ -98,18 +98,31 @@ def test_single_row_is_split_between_threads():
 
 
 def test_format():
-    """The layout's fields against their definitions: |q| <= 127, dequantised values within
-    d/2 of x, bs = sums per 16, xs = d * sums per 32, stride a multiple of 64."""
+    """The layout's fields against their definitions: |q| <= 127, s_j in 1..127 following each
+    32-block's magnitude, dequantised values within step/2 of x (as fine as Q8A's per-32 scale,
+    up to the ceil of s_j), xs = step * sums per 16, sw = s spread in the kernel's order."""
     rng = np.random.default_rng(1)
     K = 1024
-    x = rng.standard_normal((3, K)).astype(np.float32) * 5
+    x = rng.standard_normal((3, K)).astype(np.float32)
+    x *= np.exp(rng.uniform(-3, 3, (3, K // 32, 1))).astype(np.float32).repeat(32, -1).reshape(3, K)
     xq = q8k.quantize_rows(x)
     assert q8k.row_stride(K) % 64 == 0 and xq.shape == (3, q8k.row_stride(K))
-    qs, d, bs, xs = q8k.unpack_rows(xq, K)
-    assert np.abs(qs.astype(int)).max() == 127
-    assert np.allclose(d, np.abs(x).reshape(3, -1, 256).max(-1) / 127)
-    deq = q8k.dequantize_rows(xq, K)
-    assert np.all(np.abs(deq - x) <= np.repeat(d, 256, axis=1) * 0.5 * (1 + 1e-6))
-    assert np.array_equal(bs, qs.reshape(3, -1, 16).astype(int).sum(-1))
-    s32 = qs.reshape(3, -1, 32).astype(int).sum(-1)
-    assert np.array_equal(xs, (np.repeat(d, 8, axis=1) * s32.astype(np.float32)))
+    qs, D, xs, s = q8k.unpack_rows(xq, K)
+    assert np.abs(qs.astype(int)).max() == 127 and s.min() >= 1 and s.max() == 127
+    blocks = np.abs(x).reshape(3, -1, 8, 32).max(-1)
+    amax = blocks.max(-1)
+    assert np.allclose(D, amax / 127 / 127, rtol=1e-6)
+    step = (D[..., None] * s.reshape(3, -1, 8)).reshape(3, -1)          # per 32-block
+    assert np.all(step * 127 >= blocks.reshape(3, -1) * (1 - 1e-6))
+    assert np.all(step <= blocks.reshape(3, -1) / 127 + D.repeat(8, 1) * (1 + 1e-6))
+    deq = q8k.dequantize_rows(xq, K, np.float64)
+    assert np.all(np.abs(deq - x) <= np.repeat(step, 32, axis=1) * (0.5 + 1e-6))
+    s16 = qs.reshape(3, -1, 16).astype(int).sum(-1)
+    assert np.array_equal(xs, (np.repeat(step, 2, axis=1).astype(np.float32) * s16.astype(np.float32)))
+    o = q8k.offsets(K)
+    sw = np.ascontiguousarray(xq[:, o["sw"]:o["end"]]).view(np.int16).reshape(3, -1, 64)
+    assert np.array_equal(sw, s.reshape(3, -1, 8)[..., q8k.SW_INDEX])
+    # an all-zero superblock: D = 0, s = 1, q = 0, xs = 0
+    z = q8k.quantize_rows(np.zeros((1, 256), np.float32))
+    qz, Dz, xz, sz = q8k.unpack_rows(z, 256)
+    assert not qz.any() and Dz[0, 0] == 0 and not xz.any() and (sz == 1).all()

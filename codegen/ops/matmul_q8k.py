@@ -56,7 +56,7 @@ def _case(spec, rng, n):
 def _reference(spec, case):
     K = spec.p["K"]
     W = TENSOR_TYPES[spec.dtype].dequantize(case.buffers["w"]).astype(np.float64)
-    X = q8k.dequantize_rows(case.buffers["xq"], K).astype(np.float64)
+    X = q8k.dequantize_rows(case.buffers["xq"], K, np.float64)          # exact
     y = X @ W.T
     if spec.p.get("acc"):
         y = y + case.meta["y0"].astype(np.float64)
@@ -81,11 +81,11 @@ OP = Op(
                 "AVX2 vpmaddubsw + vpmaddwd (sub-block scale as the i16 multiplier), int32 "
                 "sums per superblock; " + _TILES),
         Variant("vnni", "avx512_vnni", K_TYPES,
-                ({"nt": 1, "u": 1, "pf": 8192}, {"nt": 1, "u": 2, "pf": 8192, "pk": 1},
-                 {"nt": 4, "u": 1, "pk": 1}, {"nt": 8, "u": 1}),
-                "AVX-512 VNNI, 64 values per zmm: vpmaddubsw + vpdpwssd (sub-block scales as "
-                "i16 words), or (pk=1) vpdpbusd + vpackssdw + vpdpwssd; int32 sums per "
-                "superblock; " + _TILES),
+                ({"nt": 1, "u": 1, "pf": 8192}, {"nt": 1, "u": 2, "pf": 8192},
+                 {"nt": 4, "u": 1}, {"nt": 8, "u": 1}),
+                "AVX-512 VNNI, 64 values per zmm: vpdpbusd, vpackssdw, integer scale words "
+                "(weight sub-block scale x activation sub-scale), vpmaddwd/vpdpwssd; int32 sums "
+                "per superblock; " + _TILES),
     ),
     make_case=_case,
     reference=_reference,

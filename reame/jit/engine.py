@@ -39,6 +39,7 @@ if "matmul_q8k" not in _program.HEAVY_OPS:          # cut into several claimed s
 
 class JITEngine:
     name = "jit"
+    q8k_sources = ("h", "att", "g", "ho")     # producers whose K-quant consumers may read Q8K
 
     def __init__(self, model: Model, n_ctx: int, max_seqs: int = 4, kv_dtype: str = "f32",
                  threads: int | None = None, max_batch_tokens: int = MAX_BATCH_TOKENS,
@@ -128,6 +129,7 @@ class JITEngine:
             t = m.tensor(site)
             K, Mo = t.shape[0], t.n_rows
             if (use_q8k and t.type.name in Q8K_TYPES and self.kbuf.get(xname) is not None
+                    and xname in self.q8k_sources
                     and int_path(t.type.name, isa)):
                 xq = self.kbuf[xname]
                 if xname + ":q8k" not in quantized:

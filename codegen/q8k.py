@@ -16,9 +16,7 @@ One row of K floats (K a multiple of 256, NSB = K/256 superblocks) becomes, at b
     K                       f32    D[NSB]     per superblock: (amax / 127) / 127
     K + 4 NSB               f32    xs[K/16]   per 16 values: (s_j D) * sum(q) in f32, the sum of
                                               the dequantised values (Q4_K/Q5_K mins, Q6_K -32)
-    OS = K + 4 NSB + K/4    uint8  s[K/32]    per 32 values: the sub-scale s_j
-    OS + K/32               int16  sw[64 NSB] per superblock: s_j spread over 64 words in the
-                                              order of the vnni kernel's vpackssdw output (`SW`)
+    K + 4 NSB + K/4         uint8  s[K/32]    per 32 values: the sub-scale s_j
 
 and rows are `row_stride(K)` bytes apart (a multiple of 64). Quantisation of a superblock, all in
 float32 (the op `quantize_q8k` reproduces it bit for bit):
@@ -36,23 +34,6 @@ import numpy as np
 QBLOCK = 256
 
 
-def _sw_index() -> np.ndarray:
-    """[64]: which 32-block (0..7) word i of a superblock's `sw` holds. The vnni kernel packs
-    the int32 dot lanes R_z (z = 0..3, lane l covering values 64 z + 4 l .. + 3) two at a time
-    with vpackssdw(R_2h, R_2h+1): word 8 L + w of pack h comes from lane 4 L + w % 4 of
-    R_(2h + w // 4)."""
-    out = []
-    for h in range(2):
-        for i in range(32):
-            L, w = divmod(i, 8)
-            z, lane = 2 * h + w // 4, 4 * L + w % 4
-            out.append((64 * z + 4 * lane) // 32)
-    return np.array(out)
-
-
-SW_INDEX = _sw_index()
-
-
 def offsets(K: int) -> dict[str, int]:
     """Byte offsets of the fields of a row."""
     assert K % QBLOCK == 0, "Q8K rows are whole 256-superblocks"
@@ -60,9 +41,8 @@ def offsets(K: int) -> dict[str, int]:
     d = K
     xs = d + 4 * nsb
     s = xs + K // 4
-    sw = s + K // 32
-    end = sw + 128 * nsb
-    return {"d": d, "xs": xs, "s": s, "sw": sw, "end": end}
+    end = s + K // 32
+    return {"d": d, "xs": xs, "s": s, "end": end}
 
 
 def row_stride(K: int) -> int:
@@ -99,9 +79,7 @@ def quantize_rows(x: np.ndarray) -> np.ndarray:
     out[:, :K] = qf.view(np.uint8)
     out[:, o["d"]:o["xs"]] = np.ascontiguousarray(D).view(np.uint8).reshape(n, 4 * nsb)
     out[:, o["xs"]:o["s"]] = np.ascontiguousarray(xs).view(np.uint8).reshape(n, K // 4)
-    out[:, o["s"]:o["sw"]] = s.astype(np.uint8).reshape(n, K // 32)
-    sw = s[..., SW_INDEX].astype(np.int16)                       # [n, nsb, 64]
-    out[:, o["sw"]:o["end"]] = np.ascontiguousarray(sw).view(np.uint8).reshape(n, 128 * nsb)
+    out[:, o["s"]:o["end"]] = s.astype(np.uint8).reshape(n, K // 32)
     return out
 
 
@@ -112,7 +90,7 @@ def unpack_rows(xq: np.ndarray, K: int):
     qs = xq[:, :K].view(np.int8)
     D = np.ascontiguousarray(xq[:, o["d"]:o["xs"]]).view(np.float32)
     xs = np.ascontiguousarray(xq[:, o["xs"]:o["s"]]).view(np.float32)
-    s = np.ascontiguousarray(xq[:, o["s"]:o["sw"]])
+    s = np.ascontiguousarray(xq[:, o["s"]:o["end"]])
     return qs, D, xs, s
 
 

@@ -4,23 +4,23 @@
     args ("w", "xq", "y", "n"); dims ("M", "K", "acc"); K a multiple of 256
 
 `w` holds M rows of K/256 superblocks (GGUF layout), `xq` n activation rows in the Q8K format of
-codegen/q8k.py (made by the op `quantize_q8k`: one f32 scale per 256 values, as llama.cpp's
-Q8_K), `y` is float32 [n, M]; `acc=1` adds to y. Threads split the M rows (one weight-row stream
-per thread); tokens are processed in tiles of `nt`, each weight superblock unpacked once per tile.
+codegen/q8k.py (made by the op `quantize_q8k`: one f32 scale D per 256 values and an integer
+sub-scale s_j per 32), `y` is float32 [n, M]; `acc=1` adds to y. Threads split the M rows (one
+weight-row stream per thread); tokens are processed in tiles of `nt`, each weight superblock
+unpacked once per tile.
 
-Because the activation scale is per superblock, the integer products of all sub-blocks of a
-superblock, scaled by the weights' integer sub-block scales, add up in int32, and one float
-multiply-add per superblock and token applies d_w * d_x (matmul_q8's K-quant kernels on Q8A do
-a float multiply-add per 32-block and token). Q4_K/Q5_K mins use Q8K's per-32 dequantised
-activation sums (one 8-lane FMA per superblock and token); Q6_K's -32 offset uses its per-16
-integer sums.
+Because the activation sub-scales are integers, the kernels multiply them into the weights'
+integer sub-block scales and add the products of a whole superblock in int32; one float
+multiply-add per superblock and token applies d_w * D (matmul_q8's K-quant kernels on Q8A do a
+float multiply-add per 32-block and token). Q4_K/Q5_K mins and Q6_K's -32 offset use Q8K's
+per-16 dequantised activation sums `xs` (one 16-lane FMA per superblock and token).
 
 Families (templates/matmul_q8k_<family>.ll.j2, skeleton in matmul_q8k_common.ll.j2):
     generic   portable vector IR (zext/sext, mul, reduce add), any LLVM target
-    avx2      AVX2 vpmaddubsw + vpmaddwd (the sub-block scale as the i16 multiplier), one
-              32-block per ymm, int32 accumulation over the superblock
-    vnni      AVX-512: vpmaddubsw + vpdpwssd (AVX-512 VNNI), 64 values per zmm, GFNI nibble
-              split on GFNI hosts
+    avx2      AVX2 vpmaddubsw + vpmaddwd (the sub-block scale as the i16 multiplier) and
+              vpmulld (the sub-scale), one 32-block per ymm, int32 sums over the superblock
+    vnni      AVX-512 VNNI: vpdpbusd, vpackssdw, vpmullw (weight scale x activation sub-scale
+              words), vpmaddwd/vpdpwssd; 64 values per zmm, GFNI nibble split on GFNI hosts
 Tiles: nt = tokens per weight pass, u = superblocks per loop step, pf = software prefetch
 distance (bytes) of the weight stream. Measured figures: docs/kernels-kquants.md.
 
@@ -64,7 +64,7 @@ def _reference(spec, case):
 
 
 # (rtol, atol) for data of about unit size (|y| ~ 1 for any K): the integer sums per superblock
-# are exact; float32 rounding of d_w * d_x, of the int32 -> f32 conversion and of the sums over
+# are exact; float32 rounding of d_w * D, of the int32 -> f32 conversion and of the sums over
 # superblocks remains. Tightness: tests/test_kernels_matmul_q8k_act.py.
 TOLERANCE = {"Q4_K": (1e-5, 2e-5), "Q5_K": (1e-5, 2e-5), "Q6_K": (1e-5, 2e-5)}
 
@@ -75,11 +75,11 @@ OP = Op(
     variants=(
         Variant("generic", "generic", K_TYPES, ({"nt": 1, "u": 1}, {"nt": 4, "u": 1}),
                 "portable: 32-lane zext/sext/mul/reduce per 32-block, integer sub-block "
-                "scales, one float scale per superblock; " + _TILES),
+                "scales and sub-scales, one float scale per superblock; " + _TILES),
         Variant("avx2", "avx2", K_TYPES,
                 ({"nt": 1, "u": 1, "pf": 8192}, {"nt": 4, "u": 1}),
-                "AVX2 vpmaddubsw + vpmaddwd (sub-block scale as the i16 multiplier), int32 "
-                "sums per superblock; " + _TILES),
+                "AVX2 vpmaddubsw + vpmaddwd (sub-block scale as the i16 multiplier) + vpmulld "
+                "(activation sub-scale), int32 sums per superblock; " + _TILES),
         Variant("vnni", "avx512_vnni", K_TYPES,
                 ({"nt": 1, "u": 1, "pf": 8192}, {"nt": 1, "u": 2, "pf": 8192},
                  {"nt": 4, "u": 1}, {"nt": 8, "u": 1}),

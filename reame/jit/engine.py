@@ -22,7 +22,6 @@ from ..dispatch import DispatchTable
 from ..kv_cache import KVCache
 from ..model import Model
 from ..reference import rope_angles
-from . import program as _program
 from .program import M, N, ProgramBuilder, StepProgram
 from .select import choose, int_path
 
@@ -33,8 +32,6 @@ BUCKETS = (1, 4, 8, 16)     # step sizes with their own program (plus one up to 
 # for at least this many tokens, Q8A (matmul_q8) below: see docs/engine.md for the measurements
 Q8K_TYPES = ("Q4_K", "Q5_K", "Q6_K")
 Q8K_MIN_TOKENS = 2
-if "matmul_q8k" not in _program.HEAVY_OPS:          # cut into several claimed slices per thread
-    _program.HEAVY_OPS = _program.HEAVY_OPS + ("matmul_q8k",)
 
 
 class JITEngine:

@@ -130,9 +130,11 @@ class Sampler:
         if p.min_p > 0.0:
             keep = probs >= p.min_p * probs.max()
             cand, logits = cand[keep], logits[keep]
-        # temperature last, over what the truncations kept
-        z = logits / p.temperature
-        w = np.exp(z - z.max())
+        # temperature last, over what the truncations kept; shifting by the max before dividing
+        # keeps a tiny temperature finite (differences <= 0 become -inf, never inf - inf)
+        with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+            z = (logits - logits.max()) / p.temperature
+        w = np.exp(z)
         w /= w.sum()
         return int(cand[self.rng.choice(len(cand), p=w)])
 

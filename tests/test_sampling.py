@@ -448,3 +448,11 @@ def test_validate_accepts_the_boundaries(kw):
     params = SamplingParams(**kw)
     params.validate(N_VOCAB)
     Sampler(params).sample(np.zeros(N_VOCAB, dtype=np.float32))     # and they sample
+
+
+@pytest.mark.parametrize("temperature", [1e-308, 5e-324, 1e-30])
+def test_tiny_temperature_is_greedy_not_nan(temperature):
+    """Found by the server fuzz test: 1e-308 overflowed logits / T to inf (inf - inf = NaN)."""
+    logits = np.array([3.0, -1.0, 7.5, 7.25, 0.0], np.float32)
+    s = Sampler(SamplingParams(temperature=temperature, seed=0))
+    assert [s.sample(logits).token for _ in range(20)] == [2] * 20

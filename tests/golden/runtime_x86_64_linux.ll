@@ -12,8 +12,8 @@
 ;
 ; Control block (i64 words; hot words on their own 64-byte lines):
 ;   [0]  i32 step generation (the step being run)
-;   [8]  i32 progress (bumped when a step starts, an op completes, or at shutdown): the futex
-;        word every sleeping thread waits on
+;   [8]  i32 progress: the futex word sleeping threads wait on, bumped (and woken) when a
+;        step starts, an op completes or the pool shuts down while somebody sleeps
 ;   [24] program pointer   [25] nth   [26] shutdown flag   [27] spins before sleeping
 ;   [32] threads asleep
 ; Program (i64 words):
@@ -34,12 +34,20 @@ define internal i64 @cycles() alwaysinline {
   ret i64 %c
 }
 
-; sleep until the progress word moves on from `seen` (returns at once if it already has)
-define internal void @sleep_on_progress(ptr %ctl, i32 %seen) {
+; sleep until the progress word moves on from `seen`, unless the word a waiter watches (the op's
+; done counter, or the step generation) is no longer `was`. Waiters announce themselves in the
+; sleepers count before that last look, and wakers look at the count after their own write
+; (both sequentially consistent), so either the waker sees the sleeper and wakes it, or the
+; sleeper sees the write and does not sleep.
+define internal void @sleep_on_progress(ptr %ctl, i32 %seen, ptr %watch, i64 %was) {
 entry:
   %pprog = getelementptr i64, ptr %ctl, i64 8
   %psleep = getelementptr i64, ptr %ctl, i64 32
   %s0 = atomicrmw add ptr %psleep, i64 1 seq_cst
+  %w = load atomic i64, ptr %watch seq_cst, align 8
+  %unchanged = icmp eq i64 %w, %was
+  br i1 %unchanged, label %check, label %done
+check:
   %now = load atomic i32, ptr %pprog seq_cst, align 8
   %same = icmp eq i32 %now, %seen
   br i1 %same, label %block, label %done
@@ -52,20 +60,27 @@ done:
   ret void
 }
 
-; bump the progress word and wake the sleepers, if any
+; after a write waiters watch (done counter, generation): if any thread sleeps, bump the
+; progress word and wake them all. Nobody asleep (the usual case) costs one load.
 define internal void @advance(ptr %ctl) {
 entry:
-  %pprog = getelementptr i64, ptr %ctl, i64 8
   %psleep = getelementptr i64, ptr %ctl, i64 32
-  %old = atomicrmw add ptr %pprog, i32 1 seq_cst
   %n = load atomic i64, ptr %psleep seq_cst, align 8
   %any = icmp ne i64 %n, 0
   br i1 %any, label %wake, label %out
 wake:
-  ; futex(&progress, FUTEX_WAKE_PRIVATE, INT_MAX)
-  %fw = call i64 (i64, ...) @syscall(i64 202, ptr %pprog, i32 129, i32 2147483647)
+  call void @advance_always(ptr %ctl)
   br label %out
 out:
+  ret void
+}
+
+define internal void @advance_always(ptr %ctl) {
+entry:
+  %pprog = getelementptr i64, ptr %ctl, i64 8
+  %old = atomicrmw add ptr %pprog, i32 1 seq_cst
+  ; futex(&progress, FUTEX_WAKE_PRIVATE, INT_MAX)
+  %fw = call i64 (i64, ...) @syscall(i64 202, ptr %pprog, i32 129, i32 2147483647)
   ret void
 }
 
@@ -104,7 +119,7 @@ pause:
   call void @relax()
   br label %wait
 sleep:
-  call void @sleep_on_progress(ptr %ctl, i32 %seen)
+  call void @sleep_on_progress(ptr %ctl, i32 %seen, ptr %pdone, i64 %dn)
   br label %wait
 done:
   ret i32 1
@@ -191,7 +206,7 @@ timed:
 ran:
   %d = phi i64 [ 0, %plain ], [ %dt, %timed ]
   %tsum1 = add i64 %tsum, %d
-  %old = atomicrmw add ptr %pdone, i64 1 acq_rel
+  %old = atomicrmw add ptr %pdone, i64 1 seq_cst
   %old1 = add i64 %old, 1
   %finished = icmp eq i64 %old1, %target
   br i1 %finished, label %announce, label %claim
@@ -278,7 +293,8 @@ pause:
   call void @relax()
   br label %wait
 sleep:
-  call void @sleep_on_progress(ptr %ctl, i32 %seen)
+  %seen64 = zext i32 %seengen to i64
+  call void @sleep_on_progress(ptr %ctl, i32 %seen, ptr %pgen, i64 %seen64)
   br label %slept
 slept:
   br label %wait
@@ -339,7 +355,7 @@ define void @__RT___shutdown(ptr %ctl) {
 entry:
   %pstop = getelementptr i64, ptr %ctl, i64 26
   store atomic i64 1, ptr %pstop seq_cst, align 8
-  call void @advance(ptr %ctl)
+  call void @advance_always(ptr %ctl)
   ret void
 }
 

@@ -8,10 +8,9 @@ from __future__ import annotations
 
 from ..errors import TokenizerError
 from .pretokenize import PreTokenizer, byte_encode
-from .merge import merge_heap, merge_naive
+from .merge import encode_words, merge_heap, merge_naive
 from .vocab import Vocab
 
-CACHE_MAX = 200_000      # words; the cache is cleared when it grows past this
 _NAIVE_MAX = 48          # words up to this many symbols use the O(n^2) scan, longer ones a heap
 
 
@@ -43,15 +42,7 @@ class BPE:
         self.cache: dict[str, list[int]] = {}
 
     def encode(self, text: str, out: list[int]) -> None:
-        cache = self.cache
-        for word in self.pre.split(text):
-            ids = cache.get(word)
-            if ids is None:
-                ids = self.encode_word(word)
-                if len(cache) >= CACHE_MAX:
-                    cache.clear()
-                cache[word] = ids
-            out.extend(ids)
+        encode_words(self.pre.split(text), self.cache, self.encode_word, out)
 
     def encode_word(self, word: str) -> list[int]:
         enc = byte_encode(word)

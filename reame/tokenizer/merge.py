@@ -13,6 +13,20 @@ import heapq
 from typing import Callable, Hashable
 
 Priority = Callable[[str, str], Hashable | None]
+CACHE_MAX = 200_000      # words a tokenizer remembers; the cache is cleared when it grows past this
+
+
+def encode_words(words, cache: dict, encode_word: Callable[[str], list[int]],
+                 out: list[int]) -> None:
+    """Append the ids of each word to `out`, remembering each word's ids in `cache`."""
+    for word in words:
+        ids = cache.get(word)
+        if ids is None:
+            ids = encode_word(word)
+            if len(cache) >= CACHE_MAX:
+                cache.clear()
+            cache[word] = ids
+        out.extend(ids)
 
 
 def merge_naive(syms: list[str], priority: Priority) -> list[str]:

@@ -16,10 +16,9 @@ from __future__ import annotations
 
 import regex
 
-from .merge import merge_heap, merge_naive
+from .merge import encode_words, merge_heap, merge_naive
 from .vocab import ATTR_CONTROL, ATTR_UNKNOWN, Vocab
 
-CACHE_MAX = 200_000
 _NAIVE_MAX = 48
 _WORDS = regex.compile("▁+[^▁]*|[^▁]+")
 
@@ -50,15 +49,7 @@ class SPM:
         if not self.split_words:
             out.extend(self.encode_word(text))
             return
-        cache = self.cache
-        for word in _WORDS.findall(text):
-            ids = cache.get(word)
-            if ids is None:
-                ids = self.encode_word(word)
-                if len(cache) >= CACHE_MAX:
-                    cache.clear()
-                cache[word] = ids
-            out.extend(ids)
+        encode_words(_WORDS.findall(text), self.cache, self.encode_word, out)
 
     def encode_word(self, word: str) -> list[int]:
         pieces = self.pieces

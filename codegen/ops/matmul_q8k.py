@@ -86,6 +86,13 @@ OP = Op(
                 "AVX-512 VNNI, 64 values per zmm: vpdpbusd, vpackssdw, integer scale words "
                 "(weight sub-block scale x activation sub-scale), vpmaddwd/vpdpwssd; int32 sums "
                 "per superblock; " + _TILES),
+        Variant("panel", "avx512_vnni", K_TYPES,
+                ({"nt": 4, "pf": 3}, {"nt": 8, "pf": 3}, {"nt": 8, "pf": 2}, {"nt": 8}),
+                "AVX-512 VNNI register tiles of 16 rows x nt tokens, rows in the vector lanes: "
+                "each 32-block's quants transposed in registers, one vpdpbusd per dword and token "
+                "with the activation broadcast, sub-block scales as float lanes (16 rows per "
+                "instruction); activations repacked superblock-major per token tile; nt = tokens "
+                "per weight pass, pf = next-panel prefetch locality (3: L1, 2: L2, none: off)"),
     ),
     make_case=_case,
     reference=_reference,

@@ -1,7 +1,10 @@
 """Which kernel variant an op site starts with (before the adaptive runtime measures others).
 
 Policy: the most specific family this ISA level can run (the variant with the highest minimum
-level), and within it the tile that fits the program's token count (see `choose`). Quantised
+level), and within it the tile that fits the program's token count (see `choose`). For the
+integer-dot ops, programs of >= PANEL_MIN_TOKENS tokens use the row-panel family (`panel`:
+register tiles of 16 weight rows x nt tokens) where the type has one, and decode (1 token) the
+streaming families (docs/kernels-int8.md, docs/kernels-kquants.md). Quantised
 weights go through the integer path (activations quantised to Q8A, `matmul_q8`) when the level
 has a kernel for that type; float weights through `matmul`, with the GEMM family for prompt
 chunks. The adaptive runtime replaces these starting points by measured winners.
@@ -50,21 +53,36 @@ def choose(op_name: str, dtype: str, isa: ISA, n_tokens: int, **dims) -> KernelS
         want_gemm = n_tokens > GEMM_MIN_TOKENS
         cands = [(v, t) for v, t in cands if (v.family == "gemm") == want_gemm] or cands
 
-    if "K" in dims and "nt" in cands[0][1]:
-        # integer-dot tiles read nt activation rows per weight row: keep them in L1 (measured:
-        # batch-8 decode of the 0.5B model, ffn_down K=4864 at nt=4 instead of 8: +9%)
+    if op_name in PANEL_OPS:
+        # row panels for several tokens (1.5-3x faster than the 1-row tiles at 4-8 tokens,
+        # measured); the streaming 1-row tiles for decode, which reads each weight once anyway
+        panel = [(v, t) for v, t in cands if v.family == "panel"]
+        if n_tokens >= PANEL_MIN_TOKENS and panel:
+            cands = panel
+        else:
+            cands = [(v, t) for v, t in cands if v.family != "panel"] or cands
+
+    if "K" in dims and "nt" in cands[0][1] and cands[0][0].family != "panel":
+        # 1-row integer-dot tiles read nt activation rows per weight row: keep them in L1
+        # (measured: batch-8 decode of the 0.5B model, ffn_down K=4864 at nt=4 instead of 8: +9%).
+        # Row panels read a repacked copy and were measured faster at nt=8 for every K.
         fits = [(v, t) for v, t in cands if tokens_per_pass(t) * dims["K"] <= ACT_L1_BYTES]
         cands = fits or cands
 
     def cost(vt):
         tile = vt[1]
         tpp = tokens_per_pass(tile)
-        return (-(-n_tokens // tpp), tile.get("rows", 1), tpp, sorted(tile.items()))
+        # fewest weight passes, fewest rows, fewest tokens per pass, then the tile that
+        # prefetches nearest (pf = locality hint of the panels' next-panel prefetch)
+        return (-(-n_tokens // tpp), tile.get("rows", 1), tpp,
+                -tile.get("pf", 0) if vt[0].family == "panel" else 0, sorted(tile.items()))
     v, tile = min(cands, key=cost)
     return KernelSpec.make(op_name, dtype, v.family, isa.level, **tile, **dims)
 
 
 GEMM_MIN_TOKENS = 16
+PANEL_OPS = ("matmul_q8", "matmul_q8k")
+PANEL_MIN_TOKENS = 2          # programs of >= this many tokens use the row-panel family
 ACT_L1_BYTES = 24 << 10       # int8 activation bytes a token tile may keep in L1 (half of 48 KiB)
 
 

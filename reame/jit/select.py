@@ -54,10 +54,8 @@ def choose(op_name: str, dtype: str, isa: ISA, n_tokens: int, **dims) -> KernelS
         cands = [(v, t) for v, t in cands if (v.family == "gemm") == want_gemm] or cands
 
     if op_name in PANEL_OPS:
-        # row panels for several tokens (1.5-3x faster than the 1-row tiles at 4-8 tokens,
-        # measured); the streaming 1-row tiles for decode, which reads each weight once anyway
         panel = [(v, t) for v, t in cands if v.family == "panel"]
-        if n_tokens >= PANEL_MIN_TOKENS and panel:
+        if panel and use_panel(op_name, n_tokens, dims.get("K", 0)):
             cands = panel
         else:
             cands = [(v, t) for v, t in cands if v.family != "panel"] or cands
@@ -82,7 +80,26 @@ def choose(op_name: str, dtype: str, isa: ISA, n_tokens: int, **dims) -> KernelS
 
 GEMM_MIN_TOKENS = 16
 PANEL_OPS = ("matmul_q8", "matmul_q8k")
-PANEL_MIN_TOKENS = 2          # programs of >= this many tokens use the row-panel family
+PANEL_MIN_TOKENS = 2          # row panels only for programs of several tokens (decode: 1-row tiles)
+PANEL_Q8K_MIN_K = 4096        # matmul_q8k: row panels for long rows in batched decode...
+PANEL_Q8K_MIN_TOKENS = 17     # ...and for any K in prompt-sized programs (above the 16 bucket)
+
+
+def use_panel(op_name: str, n_tokens: int, K: int) -> bool:
+    """Whether a program of up to n_tokens tokens uses the row-panel family (16 weight rows x nt
+    tokens per register tile) of an integer-dot op, from the kernel timings in
+    docs/kernels-int8.md and docs/kernels-kquants.md (2 threads, weights from DRAM):
+    - matmul_q8 (Q8_0, Q4_0, Q4_1): always for >= 2 tokens (1.5-3x at 4-8 tokens and prefill);
+    - matmul_q8k (Q4_K, Q5_K, Q6_K): for K >= 4096 (1.3-2.6x at 4-8 tokens: the 1-row tiles'
+      activations no longer fit L1) and for > 16 tokens (prefill: 1.1-1.5x); at 4-16 tokens and short K
+      the 1-row tiles are as fast or faster (Q6_K head 32000 x 2048: panels 0.45-0.65x), the
+      panels' per-block transposes costing more than the K-quants' cheaper 1-row unpacking.
+    Decode (1 token) never: the streaming 1-row tiles read each weight once at the bandwidth."""
+    if n_tokens < PANEL_MIN_TOKENS:
+        return False
+    if op_name == "matmul_q8k":
+        return K >= PANEL_Q8K_MIN_K or n_tokens >= PANEL_Q8K_MIN_TOKENS
+    return True
 ACT_L1_BYTES = 24 << 10       # int8 activation bytes a token tile may keep in L1 (half of 48 KiB)
 
 

@@ -1,8 +1,9 @@
 """matmul_q8 for the legacy types (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1) against dequant(W) @ dequant(xq)^T
-in float64: every variant x tile at the native, avx2 and generic levels (and the vnni family at
-a forced avx512_vnni level, without VBMI), ragged M (not a multiple
+in float64: every variant x tile at the native, avx2 and generic levels (and the vnni and panel
+families at a forced avx512_vnni level, without VBMI), ragged M (not a multiple
 of anything, fewer rows than threads), K with odd block counts (loop, left-over pairs and a lone
-block), token counts that leave partial tiles, acc 0/1, 1/2/3 threads."""
+block), token counts that leave partial tiles, acc 0/1, 1/2/3 threads; the row-panel family
+(16 rows x nt tokens) also on several panels per thread with a ragged last panel."""
 
 from __future__ import annotations
 
@@ -37,7 +38,7 @@ def _params():
             for level in LEVELS + (("avx512_vnni",) if "avx512_vnni" in detect().levels else ()):
                 isa = _isa(level)
                 for spec in OP.specs(dtype, isa, M=M, K=K, acc=acc):
-                    if level == "avx512_vnni" and spec.family != "vnni":
+                    if level == "avx512_vnni" and spec.family not in ("vnni", "panel"):
                         continue            # vnni without VBMI/BF16 (a Cascade Lake-like target)
                     tiles = ",".join(f"{k}{v}" for k, v in spec.p.items() if k not in ("M", "K", "acc"))
                     out.append(pytest.param(spec, isa, id=f"{dtype}-M{M}K{K}a{acc}-{level}-{spec.family}-{tiles}"))
@@ -156,3 +157,58 @@ def test_reads_stay_inside_the_weights(dtype, at_end):
             np.testing.assert_allclose(case.buffers["y"], want, rtol=rtol, atol=atol)
             del g
             keep.close()
+
+
+PANEL_DIMS = ((70, 96, 0), (150, 224, 1), (16, 64, 1), (17, 32, 0))   # panels: 4 + 6 rows, 9 + 6, 1, 1 + 1
+
+
+@pytest.mark.parametrize("dtype", mq.PANEL_TYPES)
+@pytest.mark.parametrize("level", ("native", "avx512_vnni"))
+def test_panel_tiles(dtype, level):
+    """Family `panel` (register tiles of 16 rows x nt tokens): several panels per thread, a last
+    panel moved back over rows already done (only its new lanes stored), M a multiple of 16 and
+    one more; token counts below, at and above a tile (the last tile padded with zero tokens
+    whose outputs are not written: acc=1 would show a double store), 1/2/3 threads and more
+    slices than panels (nth = 7, 16)."""
+    if level not in ("native",) and level not in detect().levels:
+        pytest.skip(f"{level} not available")
+    isa = _isa(level)
+    rtol, atol = OP.tolerance(dtype)
+    for M, K, acc in PANEL_DIMS:
+        for spec in OP.specs(dtype, isa, M=M, K=K, acc=acc):
+            if spec.family != "panel":
+                continue
+            k = build(spec, isa)
+            for n in (1, 3, 4, 8, 9, 17):
+                case, want = _case(dtype, M, K, acc, n)
+                y = case.buffers["y"]
+                for nth in (1, 2, 3, 7, 16):
+                    y[...] = case.meta["y0"]
+                    k.run_threads(case.args, nth)
+                    np.testing.assert_allclose(y, want, rtol=rtol, atol=atol,
+                                               err_msg=f"{spec.label()} n={n} nth={nth}")
+
+
+@pytest.mark.parametrize("dtype", ("Q4_1", "Q8_0"))
+def test_panel_f16_scale_edge_values(dtype):
+    """The panels gather the 16 rows' f16 scales (and mins) and convert them with vcvtph2ps:
+    subnormal, zero, negative-zero and large values."""
+    isa = detect()
+    M, K = 37, 256
+    rng = np.random.default_rng(6)
+    for spec in OP.specs(dtype, isa, M=M, K=K, acc=0):
+        if spec.family != "panel":
+            continue
+        case = OP.make_case(spec, rng, 5)
+        w = case.buffers["w"]
+        bb = 20 if dtype == "Q4_1" else 34
+        edge = np.array([6e-8, -6e-8, 3e-5, 0.0, -0.0, 1000.0, -2.0 ** -14, 0.5], np.float16)
+        for f in ((0, 2) if dtype == "Q4_1" else (0,)):
+            for r in range(M):
+                for b in range(K // 32):
+                    w[r, b * bb + f:b * bb + f + 2] = edge[rng.integers(len(edge)):][:1].view(np.uint8)
+        want = OP.reference(spec, case)["y"]
+        build(spec, isa).run_threads(case.args, 2)
+        rtol, atol = OP.tolerance(dtype)
+        np.testing.assert_allclose(case.buffers["y"], want, rtol=rtol, atol=atol * 1000,
+                                   err_msg=spec.label())

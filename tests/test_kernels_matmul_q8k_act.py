@@ -3,7 +3,9 @@
 tile at the native, avx2 and generic levels where it runs (and avx512_vnni: the vnni family
 without GFNI), ragged M (fewer rows than threads), superblock counts with a u=2 remainder and a
 lone superblock, token counts with partial tiles, acc 0/1, 1/2/3 threads; long rows; f16 edge
-scales; extreme activations; the tolerance's tightness; the quantize_q8k -> matmul_q8k chain."""
+scales; extreme activations; the tolerance's tightness; the quantize_q8k -> matmul_q8k chain; the
+row-panel family (16 rows x nt tokens) on several panels per thread with a ragged last panel,
+padded token tiles, more slices than panels, and its weight reads between guard pages."""
 
 from __future__ import annotations
 
@@ -190,8 +192,82 @@ def test_quantize_then_matmul_close_to_float(dtype):
 
 def test_variants():
     fams = {v.family: v for v in OP.variants}
-    assert set(fams) == {"generic", "avx2", "vnni"} and fams["generic"].min_level == "generic"
+    assert set(fams) == {"generic", "avx2", "vnni", "panel"}
+    assert fams["generic"].min_level == "generic" and fams["panel"].min_level == "avx512_vnni"
     for v in OP.variants:
         assert set(v.dtypes) == set(TYPES) and len(v.tiles) >= 2
     assert {t["nt"] for t in fams["vnni"].tiles} == {1, 4, 8}
+    assert {t["nt"] for t in fams["panel"].tiles} == {4, 8}
     assert random_activations is not None
+
+
+PANEL_DIMS = ((70, 256, 0), (150, 768, 1), (16, 512, 1), (17, 256, 0))
+
+
+@pytest.mark.parametrize("dtype", TYPES)
+def test_panel_tiles(dtype):
+    """Family `panel`: several 16-row panels per thread, a last panel moved back over rows
+    already done (only its new lanes stored), M a multiple of 16 and one more; token counts
+    below, at and above a tile (padded with zero tokens whose outputs are not written: acc=1
+    would show a double store); 1/2/3 threads and more slices than panels (7, 16)."""
+    v = next(v for v in OP.variants if v.family == "panel")
+    for level in _levels(v):
+        for M, K, acc in PANEL_DIMS:
+            for tile in v.tiles:
+                spec = _spec(dtype, "panel", level, tile, M, K, acc)
+                k = build(spec, _isa(level))
+                rtol, atol = mk.TOLERANCE[dtype]
+                for n in (1, 3, 4, 8, 9, 17):
+                    case, want = _case(dtype, M, K, acc, n)
+                    y = case.buffers["y"]
+                    for nth in (1, 2, 3, 7, 16):
+                        y[...] = case.meta["y0"]
+                        k.run_threads(case.args, nth)
+                        np.testing.assert_allclose(y, want, rtol=rtol, atol=atol,
+                                                   err_msg=f"{spec.label()} n={n} nth={nth}")
+
+
+def _guarded(nbytes: int, at_end: bool):
+    """A uint8 array of nbytes that ends exactly at (at_end) or starts exactly after (not
+    at_end) a PROT_NONE page."""
+    import ctypes
+    import mmap
+    page = mmap.PAGESIZE
+    span = (nbytes + page - 1) // page * page
+    buf = mmap.mmap(-1, span + 2 * page, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+    base = ctypes.addressof(ctypes.c_char.from_buffer(buf))
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mprotect.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+    assert libc.mprotect(base, page, 0) == 0
+    assert libc.mprotect(base + page + span, page, 0) == 0
+    off = page + (span - nbytes if at_end else 0)
+    return buf, np.frombuffer(buf, np.uint8, nbytes, off)
+
+
+@pytest.mark.parametrize("at_end", (True, False), ids=("guard-after", "guard-before"))
+@pytest.mark.parametrize("dtype", TYPES)
+def test_reads_stay_inside_the_weights(dtype, at_end):
+    """Weights between PROT_NONE pages: no vnni or panel tile reads outside them (the panels
+    load each row's 16/32-byte pieces and gather 4-byte words at fixed offsets of a superblock:
+    Q6_K's d, the last 2 bytes of a 210-byte superblock, is read as the high half of the word
+    at offset 206)."""
+    isa = detect()
+    for M, K in ((3, 256), (17, 512)):
+        for v in OP.variants:
+            if v.family not in ("vnni", "panel") or not v.usable(isa):
+                continue
+            for tile in v.tiles:
+                spec = _spec(dtype, v.family, "native", tile, M, K, 0)
+                case = OP.make_case(spec, np.random.default_rng(0), 5)
+                want = OP.reference(spec, case)["y"]
+                w = case.buffers["w"]
+                keep, g = _guarded(w.nbytes, at_end)
+                g[:] = w.reshape(-1)
+                args = case.args.copy()
+                args[0] = g.ctypes.data
+                case.buffers["y"][...] = np.nan
+                build(spec, isa).run_threads(args, 2)
+                rtol, atol = mk.TOLERANCE[dtype]
+                np.testing.assert_allclose(case.buffers["y"], want, rtol=rtol, atol=atol,
+                                           err_msg=spec.label())
+                del g, keep

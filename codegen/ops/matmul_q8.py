@@ -129,11 +129,13 @@ OP = Op(
                  {"nt": 4, "u": 1}, {"nt": 8, "u": 1}),
                 "AVX-512 VNNI: two blocks per vpdpbusd, zero points folded into the accumulator; "
                 + _TOKENS_DOC + ", u = block pairs per loop step, pf = weight prefetch distance"),
-        Variant("panel", "avx512_vnni", PANEL_TYPES, ({"nt": 4}, {"nt": 8}, {"nt": 4, "pf": 2}, {"nt": 8, "pf": 2}, {"nt": 4, "pf": 3}, {"nt": 8, "pf": 3}),
+        Variant("panel", "avx512_vnni", PANEL_TYPES,
+                ({"nt": 4, "pf": 3}, {"nt": 8, "pf": 3}, {"nt": 8, "pf": 2}, {"nt": 8}),
                 "AVX-512 VNNI register tiles of 16 rows x nt tokens, rows in the vector lanes: "
                 "weight quants transposed per block, one vpdpbusd per dword and token with the "
                 "activation broadcast, scales applied to 16 rows per instruction; activations "
-                "repacked block-major per token tile; " + _TOKENS_DOC),
+                "repacked block-major per token tile; " + _TOKENS_DOC
+                + ", pf = next-panel prefetch locality (3: L1, 2: L2, none: off)"),
     ) + K_VARIANTS,
     make_case=_case,
     reference=_reference,

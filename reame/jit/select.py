@@ -91,8 +91,8 @@ def use_panel(op_name: str, n_tokens: int, K: int) -> bool:
     docs/kernels-int8.md and docs/kernels-kquants.md (2 threads, weights from DRAM):
     - matmul_q8 (Q8_0, Q4_0, Q4_1): always for >= 2 tokens (1.5-3x at 4-8 tokens and prefill);
     - matmul_q8k (Q4_K, Q5_K, Q6_K): for K >= 4096 (1.3-2.6x at 4-8 tokens: the 1-row tiles'
-      activations no longer fit L1) and for > 16 tokens (prefill: 1.1-1.5x); at 4-16 tokens and short K
-      the 1-row tiles are as fast or faster (Q6_K head 32000 x 2048: panels 0.45-0.65x), the
+      activations no longer fit L1) and for > 16 tokens (prefill: 1.1-1.5x); at 4-16 tokens and
+      short K the 1-row tiles are as fast or faster (Q6_K head 32000 x 2048: panels 0.45-0.65x), the
       panels' per-block transposes costing more than the K-quants' cheaper 1-row unpacking.
     Decode (1 token) never: the streaming 1-row tiles read each weight once at the bandwidth."""
     if n_tokens < PANEL_MIN_TOKENS:

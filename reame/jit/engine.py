@@ -107,7 +107,6 @@ class JITEngine:
         for name, t in self.model.tensors.items():
             if len(t.shape) == 1:
                 self.small[name] = np.ascontiguousarray(t.dequantize(), np.float32)
-        del qd, kvd, vd
 
     # ------------------------------------------------------------------ the forward pass
     def _build(self, bucket: int) -> StepProgram:

@@ -29,6 +29,13 @@ def shared_path(rel: str) -> Path:
     return p
 
 
+def isa_at(level: str):
+    """This machine's ISA at `level` ("native": its highest; or a lower level it can force)."""
+    from reame.codegen.isa import detect
+    isa = detect()
+    return isa if level == "native" else isa.at(level)
+
+
 @pytest.fixture(scope="session")
 def stories_path() -> Path:
     return shared_path("models/stories260K.gguf")

@@ -15,17 +15,13 @@ from reame.codegen.isa import detect
 from reame.codegen.kernels import build
 from reame.codegen.ops.attn_decode import make_attention_case, reference
 from reame.codegen.registry import get_op
+from conftest import isa_at as _isa
 
 LEVELS = ("native", "avx2", "generic")
 
 # (H, Hkv, D, Dv, kv): GQA ratio 7, 2, 1, 7, 1 (D != Dv), 2
 SHAPES = [(14, 2, 64, 64, "f16"), (4, 2, 32, 32, "f32"), (2, 2, 8, 8, "f16"),
           (7, 1, 80, 80, "f32"), (3, 3, 20, 12, "f16"), (2, 1, 128, 128, "f32")]
-
-
-def _isa(level):
-    isa = detect()
-    return isa if level == "native" else isa.at(level)
 
 
 def _params(op_name, C):

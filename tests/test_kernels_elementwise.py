@@ -11,17 +11,12 @@ import numpy as np
 import pytest
 
 from reame.codegen.compiler import get_compiler
-from reame.codegen.isa import detect
 from reame.codegen.kernels import build
 from reame.codegen.registry import get_op
 from reame.codegen.spec import environment
+from conftest import isa_at as _isa
 
 LEVELS = ("native", "avx2", "generic")
-
-
-def _isa(level):
-    isa = detect()
-    return isa if level == "native" else isa.at(level)
 
 
 def _params(op_name, grid):

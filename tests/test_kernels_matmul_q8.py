@@ -16,6 +16,7 @@ from reame.codegen.isa import detect
 from reame.codegen.kernels import build
 from reame.codegen.ops import matmul_q8 as mq
 from reame.codegen.registry import get_op
+from conftest import isa_at as _isa
 
 OP = get_op("matmul_q8")
 TYPES = ("Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1")
@@ -24,11 +25,6 @@ LEVELS = ("native", "avx2", "generic")
 DIMS = ((37, 224, 0), (13, 1056, 1), (2, 32, 1))
 NS = (1, 5, 10)                 # partial tiles for nt = 4 and nt = 8
 THREADS = (1, 2, 3)
-
-
-def _isa(level):
-    isa = detect()
-    return isa if level == "native" else isa.at(level)
 
 
 def _params():

@@ -15,17 +15,13 @@ from reame.codegen.isa import detect
 from reame.codegen.kernels import build
 from reame.codegen.ops import matmul_q8_k as mk
 from reame.codegen.spec import KernelSpec
+from conftest import isa_at as _isa
 
 TYPES = mk.K_TYPES
 # (M, K, acc): K/256 = 3 (a u=2 step and a remainder), 1 (remainder only), 5
 DIMS = ((37, 768, 0), (2, 256, 1), (13, 1280, 1))
 NS = (1, 5, 10)                 # partial tiles for nt = 4
 THREADS = (1, 2, 3)
-
-
-def _isa(level):
-    isa = detect()
-    return isa if level == "native" else isa.at(level)
 
 
 def _levels(variant):

@@ -21,17 +21,13 @@ from reame.codegen.ops import matmul_q8k as mk
 from reame.codegen.ops.matmul_q8_k import random_activations, random_weights
 from reame.codegen.registry import get_op
 from reame.codegen.spec import KernelSpec
+from conftest import isa_at as _isa
 
 OP = get_op("matmul_q8k")
 TYPES = mk.K_TYPES
 DIMS = ((37, 768, 0), (2, 256, 1), (13, 1280, 1))   # K/256 = 3, 1, 5
 NS = (1, 5, 10)
 THREADS = (1, 2, 3)
-
-
-def _isa(level):
-    isa = detect()
-    return isa if level == "native" else isa.at(level)
 
 
 def _levels(variant):

@@ -10,15 +10,11 @@ from reame.codegen import q8a
 from reame.codegen.isa import detect
 from reame.codegen.kernels import build
 from reame.codegen.registry import get_op
+from conftest import isa_at as _isa
 
 OP = get_op("quantize_q8")
 LEVELS = ("native", "avx2", "generic")
 KS = (32, 224, 1056)          # 1 block, 7 blocks (odd), 33 blocks
-
-
-def _isa(level):
-    isa = detect()
-    return isa if level == "native" else isa.at(level)
 
 
 def _specs():

@@ -11,15 +11,11 @@ from reame.codegen import q8k
 from reame.codegen.isa import detect
 from reame.codegen.kernels import build
 from reame.codegen.registry import get_op
+from conftest import isa_at as _isa
 
 OP = get_op("quantize_q8k")
 LEVELS = ("native", "avx2", "generic")
 KS = (256, 768, 2304)          # 1, 3, 9 superblocks
-
-
-def _isa(level):
-    isa = detect()
-    return isa if level == "native" else isa.at(level)
 
 
 def _specs():

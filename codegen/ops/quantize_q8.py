@@ -17,37 +17,45 @@ from .. import q8a
 from .base import Case, Op, Variant
 
 
-def _case(spec, rng, n):
-    K = spec.p["K"]
-    x = rng.standard_normal((n, K)).astype(np.float32)
-    x *= np.exp(rng.uniform(-3, 3, size=(n, K // 32, 1))).astype(np.float32).repeat(32, -1).reshape(n, K)
-    if K >= 64 and n >= 1:
-        x[0, :32] = 0.0                         # an all-zero block: d = 0, inv = 0
-        # d = 1 exactly (amax = 127), every other value exactly halfway: round half away
-        half = (np.arange(31) - 15).astype(np.float32) + 0.5
-        x[0, 32:64] = np.concatenate([[127.0], half]).astype(np.float32)
-    xq = np.zeros((n, q8a.row_stride(K)), np.uint8)
-    bufs = {"x": x, "xq": xq}
-    return Case(bufs, OP.pack(bufs, n=n), ("xq",))
+def quantize_op(name: str, fmt, block: int, doc: str) -> Op:
+    """The op quantising f32 rows to an activation format `fmt` (a module with row_stride and
+    quantize_rows) whose scales cover `block` values; bit-exact with fmt.quantize_rows."""
+
+    def make_case(spec, rng, n):
+        K = spec.p["K"]
+        x = rng.standard_normal((n, K)).astype(np.float32)
+        x *= np.exp(rng.uniform(-3, 3, size=(n, K // block, 1))).astype(np.float32).repeat(
+            block, -1).reshape(n, K)
+        if K >= 2 * block and n >= 1:
+            x[0, :block] = 0.0                  # an all-zero block: d = 0, inv = 0
+            # d = 1 exactly (amax = 127), every other value exactly halfway: round half away
+            half = (np.arange(block - 1) % 200 - min(100, (block - 1) // 2)).astype(
+                np.float32) + 0.5
+            x[0, block:2 * block] = np.concatenate([[127.0], half]).astype(np.float32)
+        xq = np.zeros((n, fmt.row_stride(K)), np.uint8)
+        bufs = {"x": x, "xq": xq}
+        return Case(bufs, op.pack(bufs, n=n), ("xq",))
+
+    def reference(spec, case):
+        return {"xq": fmt.quantize_rows(case.buffers["x"])}
+
+    op = Op(
+        name=name,
+        args=("x", "xq", "n"),
+        dims=("K",),
+        variants=(
+            Variant("generic", "generic", ("F32",), ({"vl": 4},), "portable 4-lane vectors"),
+            Variant("generic", "avx2", ("F32",), ({"vl": 8},), "one AVX2 register per step"),
+            Variant("generic", "avx512", ("F32",), ({"vl": 16},), "one AVX-512 register per step"),
+        ),
+        make_case=make_case,
+        reference=reference,
+        tolerance=lambda dtype: (0.0, 1e-6),    # bit-exact: any differing byte fails
+        example_dims={"K": 4096},
+        doc=doc,
+    )
+    return op
 
 
-def _reference(spec, case):
-    return {"xq": q8a.quantize_rows(case.buffers["x"])}
-
-
-OP = Op(
-    name="quantize_q8",
-    args=("x", "xq", "n"),
-    dims=("K",),
-    variants=(
-        Variant("generic", "generic", ("F32",), ({"vl": 4},), "portable 4-lane vectors"),
-        Variant("generic", "avx2", ("F32",), ({"vl": 8},), "one AVX2 register per step"),
-        Variant("generic", "avx512", ("F32",), ({"vl": 16},), "one AVX-512 register per step"),
-    ),
-    make_case=_case,
-    reference=_reference,
-    # bit-exact: any differing byte (a quant, or any bit of d or s) fails
-    tolerance=lambda dtype: (0.0, 1e-6),
-    example_dims={"K": 4096},
-    doc="quantise n f32 rows of K to Q8A (int8 + per-32 f32 scale + int32 block sum)",
-)
+OP = quantize_op("quantize_q8", q8a, 32,
+                 "quantise n f32 rows of K to Q8A (int8 + per-32 f32 scale + int32 block sum)")

@@ -36,6 +36,21 @@ def isa_at(level: str):
     return isa if level == "native" else isa.at(level)
 
 
+def variant_levels(variant) -> list[str]:
+    """The levels a kernel variant is tested at: native, avx2, generic and the variant's own
+    lowest level, where this machine can build it."""
+    from reame.codegen.isa import detect
+    isa = detect()
+    out = []
+    for level in ("native", "avx2", "generic", variant.min_level):
+        name = isa.level if level == "native" else level
+        if level in out or name not in isa.levels or (level != "native" and name == isa.level):
+            continue
+        if isa_at(level).has(variant.min_level):
+            out.append(level)
+    return out
+
+
 @pytest.fixture(scope="session")
 def stories_path() -> Path:
     return shared_path("models/stories260K.gguf")

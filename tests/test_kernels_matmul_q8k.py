@@ -16,25 +16,13 @@ from reame.codegen.kernels import build
 from reame.codegen.ops import matmul_q8_k as mk
 from reame.codegen.spec import KernelSpec
 from conftest import isa_at as _isa
+from conftest import variant_levels as _levels
 
 TYPES = mk.K_TYPES
 # (M, K, acc): K/256 = 3 (a u=2 step and a remainder), 1 (remainder only), 5
 DIMS = ((37, 768, 0), (2, 256, 1), (13, 1280, 1))
 NS = (1, 5, 10)                 # partial tiles for nt = 4
 THREADS = (1, 2, 3)
-
-
-def _levels(variant):
-    """native, avx2, generic and the variant's own lowest level, where the variant can run."""
-    isa = detect()
-    out = []
-    for level in ("native", "avx2", "generic", variant.min_level):
-        name = isa.level if level == "native" else level
-        if level in out or name not in isa.levels or (level != "native" and name == isa.level):
-            continue
-        if _isa(level).has(variant.min_level):
-            out.append(level)
-    return out
 
 
 def _spec(dtype, family, level, tile, M, K, acc):

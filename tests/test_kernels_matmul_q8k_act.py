@@ -22,24 +22,13 @@ from reame.codegen.ops.matmul_q8_k import random_activations, random_weights
 from reame.codegen.registry import get_op
 from reame.codegen.spec import KernelSpec
 from conftest import isa_at as _isa
+from conftest import variant_levels as _levels
 
 OP = get_op("matmul_q8k")
 TYPES = mk.K_TYPES
 DIMS = ((37, 768, 0), (2, 256, 1), (13, 1280, 1))   # K/256 = 3, 1, 5
 NS = (1, 5, 10)
 THREADS = (1, 2, 3)
-
-
-def _levels(variant):
-    isa = detect()
-    out = []
-    for level in ("native", "avx2", "generic", variant.min_level):
-        name = isa.level if level == "native" else level
-        if level in out or name not in isa.levels or (level != "native" and name == isa.level):
-            continue
-        if _isa(level).has(variant.min_level):
-            out.append(level)
-    return out
 
 
 def _spec(dtype, family, level, tile, M, K, acc):

@@ -281,12 +281,15 @@ def markdown(results: list[dict], when: str) -> str:
     return "\n".join(lines)
 
 
-def write_markdown(path: Path, table: str) -> None:
+def write_markdown(path: Path, table: str, title: str = "Engine (bench/engine.py)",
+                   marks: tuple[str, str] = (MARK_BEGIN, MARK_END)) -> None:
+    """Put `## title` and the table between the marks in path (appended the first time)."""
+    begin, end = marks
     text = path.read_text() if path.exists() else "# Benchmarks\n"
-    block = f"{MARK_BEGIN}\n## Engine (bench/engine.py)\n\n{table}\n{MARK_END}"
-    if MARK_BEGIN in text and MARK_END in text:
-        head, rest = text.split(MARK_BEGIN, 1)
-        text = head + block + rest.split(MARK_END, 1)[1]
+    block = f"{begin}\n## {title}\n\n{table}\n{end}"
+    if begin in text and end in text:
+        head, rest = text.split(begin, 1)
+        text = head + block + rest.split(end, 1)[1]
     else:
         text = text.rstrip() + "\n\n" + block + "\n"
     path.write_text(text)

@@ -172,6 +172,18 @@ def test_generate_reference_engine_same_text_quiet(capsys, stories, first_case):
     assert first_case["greedy_text"].startswith(out[:-1]) and len(out) > 100
 
 
+def test_generate_act_type(capsys, tmp_path):
+    """On a quantised model, --act-type f32 runs the JIT's float path, which agrees with the f32
+    reference engine token for token; q8 (the default) runs the integer path."""
+    m = write_model(tmp_path / "q4.gguf", "tiny-llama", "Q4_0")
+    args = ("generate", m, "-p", PROMPT, "--temperature", 0, "-n", 12, "-q", "--ignore-eos")
+    rc, ref, _ = cli(capsys, *args, "--engine", "reference")
+    rc2, f32, _ = cli(capsys, *args, "--act-type", "f32")
+    rc3, q8, err = cli(capsys, *args, "--act-type", "q8")
+    assert rc == rc2 == rc3 == 0 and err == ""
+    assert f32 == ref and q8.strip()
+
+
 def test_generate_seed_reproducible(capsys, stories):
     def sample(seed):
         rc, out, _ = cli(capsys, "generate", stories, "-p", PROMPT, "--temperature", 0.8,
@@ -245,6 +257,7 @@ BAD_FLAGS = [
     (["--temperature", "abc"], "--temperature"),
     (["--engine", "cuda"], "--engine"),
     (["--kv-type", "q8"], "--kv-type"),
+    (["--act-type", "q4"], "--act-type"),
     (["--no-such-flag"], "--no-such-flag"),
 ]
 

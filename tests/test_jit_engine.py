@@ -130,6 +130,35 @@ def test_trained_model_quantised_integer_path(tmp_path, stories_path, stories_ex
         assert (ref.argmax(-1) == got.argmax(-1)).mean() >= top1
 
 
+def test_act_type_selects_the_matmul_path(synth_dir):
+    """--act-type: f32 gives the JIT the float path (equal to the f32 reference), q8 the integer
+    path; the reference engine takes q8 as emulating that rounding (its oracle)."""
+    from reame.engines import create_engine
+    from reame.errors import ReameError
+    model = load_model(synth_model(synth_dir, "tiny-llama", "Q4_0"))
+    toks = np.random.default_rng(11).integers(0, model.config.n_vocab, 16)
+
+    def logits(engine):
+        try:
+            return engine.forward(Batch.prefill(toks, 0, 0, all_logits=True))
+        finally:
+            getattr(engine, "close", lambda: None)()
+    kw = dict(n_ctx=16, max_seqs=1)
+    ref = logits(create_engine(model, "reference", **kw))
+    refq = logits(create_engine(model, "reference", act_type="q8", **kw))
+    jit_f32 = create_engine(model, "jit", act_type="f32", threads=2, **kw)
+    assert not jit_f32.int_dot
+    got_f32 = logits(jit_f32)
+    jit_q8 = create_engine(model, "jit", threads=2, **kw)             # the default
+    assert jit_q8.int_dot
+    got_q8 = logits(jit_q8)
+    np.testing.assert_allclose(got_f32, ref, atol=1e-4, rtol=1e-4)
+    assert np.abs(refq - ref).max() > 1e-3                            # q8 rounding is visible
+    assert _cos(refq, got_q8).min() >= 0.9995 and np.abs(got_q8 - ref).max() > 1e-3
+    with pytest.raises(ReameError, match="activation type"):
+        create_engine(model, "jit", act_type="q4", **kw)
+
+
 @pytest.fixture(scope="module")
 def q8_model(synth_dir):
     return load_model(synth_model(synth_dir, "tiny-qwen2", "Q8_0"))

@@ -194,6 +194,21 @@ def test_health_reports_load_failure(stories_model):
     assert_error(post(c, "/v1/completions", {"prompt": "x"}), 503, code="model_load_failed")
 
 
+def test_act_type_setting_reaches_the_engine(stories_path, monkeypatch):
+    """REAME_ACT_TYPE / --act-type: read, checked, and handed to create_engine."""
+    from reame.errors import ReameError
+    from reame.server import service
+    cfg = ServerConfig.from_env({"REAME_ACT_TYPE": "f32", "REAME_ENGINE": "jit"}, model=stories_path)
+    assert cfg.act_type == "f32"
+    assert ServerConfig.from_env({}, model=stories_path).act_type is None
+    with pytest.raises(ReameError, match="act_type"):
+        ServerConfig.from_env({"REAME_ACT_TYPE": "q4"})
+    seen = {}
+    monkeypatch.setattr("reame.engines.create_engine", lambda model, name, **kw: seen.update(kw))
+    service.engine_factory(cfg)()
+    assert seen["act_type"] == "f32"
+
+
 def test_models(client):
     r = client.simulate_get("/v1/models")
     assert r.status_code == 200

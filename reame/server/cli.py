@@ -61,7 +61,8 @@ def cmd_serve(args) -> int:
         threads = max(1, len(os.sched_getaffinity(0)) // args.workers)
     config = ServerConfig.from_env(
         model=os.path.abspath(args.model), engine=args.engine, threads=threads,
-        ctx_size=args.ctx_size, kv_type=args.kv_type, max_seqs=args.max_seqs,
+        ctx_size=args.ctx_size, kv_type=args.kv_type, act_type=args.act_type,
+        max_seqs=args.max_seqs,
         queue_size=args.queue_size, request_timeout=args.timeout,
         api_key=args.api_key, chat_template_file=args.chat_template_file,
         model_alias=args.alias)

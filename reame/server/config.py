@@ -15,6 +15,7 @@ class ServerConfig:
     threads: int | None = None          # compute threads per worker (None: the engine decides)
     ctx_size: int | None = None         # context per sequence (None: min(trained, 4096))
     kv_type: str = "f32"
+    act_type: str | None = None         # q8 | f32 (None: the engine's default, see reame.engines)
     max_seqs: int = 4                   # sequences generating at once per worker (KV-cache slots)
     queue_size: int = 32                # sequences that may wait for a slot before we answer 429
     request_timeout: float = 600.0      # seconds from arrival to the end of generation (0: none)
@@ -27,7 +28,8 @@ class ServerConfig:
 
     ENV = {  # field -> environment variable
         "model": "REAME_MODEL", "engine": "REAME_ENGINE", "threads": "REAME_THREADS",
-        "ctx_size": "REAME_CTX_SIZE", "kv_type": "REAME_KV_TYPE", "max_seqs": "REAME_MAX_SEQS",
+        "ctx_size": "REAME_CTX_SIZE", "kv_type": "REAME_KV_TYPE",
+        "act_type": "REAME_ACT_TYPE", "max_seqs": "REAME_MAX_SEQS",
         "queue_size": "REAME_QUEUE_SIZE", "request_timeout": "REAME_REQUEST_TIMEOUT",
         "api_key": "REAME_API_KEY", "chat_template_file": "REAME_CHAT_TEMPLATE_FILE",
         "model_alias": "REAME_MODEL_ALIAS", "max_body_bytes": "REAME_MAX_BODY_BYTES",
@@ -68,3 +70,5 @@ class ServerConfig:
             raise ReameError("request_timeout must be >= 0")
         if self.kv_type not in ("f32", "f16"):
             raise ReameError("kv_type must be f32 or f16")
+        if self.act_type not in (None, "q8", "f32"):
+            raise ReameError("act_type must be q8 or f32")

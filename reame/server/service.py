@@ -247,5 +247,5 @@ def engine_factory(config: ServerConfig) -> Callable[[], object]:
         model = load_model(config.model)
         return create_engine(model, config.engine or DEFAULT_ENGINE, n_ctx=config.ctx_size,
                              max_seqs=config.max_seqs, kv_type=config.kv_type,
-                             threads=config.threads)
+                             threads=config.threads, act_type=config.act_type)
     return build

@@ -61,7 +61,8 @@ def worker_reame(a) -> dict:
     t_load = time.perf_counter()
     n_ctx = a.prompt + a.gen + 64          # + the steps of the out-of-kernel measurement
     max_seqs = max(a.batches)
-    eng = JITEngine(model, n_ctx=n_ctx, max_seqs=max_seqs, threads=a.threads)
+    eng = JITEngine(model, n_ctx=n_ctx, max_seqs=max_seqs, threads=a.threads,
+                    int_dot=a.act_type == "q8")
     t_ready = time.perf_counter()
     c = model.config
     toks = prompt_tokens(c.n_vocab, a.prompt)
@@ -172,7 +173,7 @@ def run_worker(python: str, kind: str, model: Path, a, env_extra: dict | None = 
                validate: bool = False) -> dict:
     cmd = [python, "-m", "bench.engine", "--worker", kind, "--model", str(model),
            "--threads", str(a.threads), "--prompt", str(a.prompt), "--gen", str(a.gen),
-           "--rounds", "1", "--batches", ",".join(map(str, a.batches))]
+           "--rounds", "1", "--batches", ",".join(map(str, a.batches)), "--act-type", a.act_type]
     if validate:
         cmd.append("--validate")
     env = {**os.environ, "PYTHONPATH": str(REPO), **(env_extra or {})}
@@ -224,7 +225,7 @@ def bench_model(spec: str, a) -> dict:
     warm = reame_runs[1:]
     res = {"model": shape, "mix": mix, "file": str(path), "file_bytes": path.stat().st_size,
            "threads": cold["threads"], "isa": cold["isa"], "prompt": a.prompt, "gen": a.gen,
-           "reame": {
+           "act_type": a.act_type, "reame": {
                "prefill_tps": best(reame_runs, "prefill_tps"),
                "decode_tps": best(reame_runs, "decode_tps"),
                "batch_decode_tps": {B: max(r["batch_decode_tps"][B] for r in reame_runs)
@@ -257,8 +258,11 @@ def bench_model(spec: str, a) -> dict:
 
 
 def markdown(results: list[dict], when: str) -> str:
-    lines = [f"Measured {when} by `python -m bench.engine` on this machine "
-             f"({results[0]['threads']} threads, ISA level {results[0]['isa']}); prompt "
+    act = results[0].get("act_type", "q8")
+    lines = [f"Measured {when} by `python -m bench.engine"
+             f"{' --act-type ' + act if act != 'q8' else ''}` on this machine "
+             f"({results[0]['threads']} threads, ISA level {results[0]['isa']}, Reame "
+             f"--act-type {act}); prompt "
              f"{results[0]['prompt']} tokens, decode {results[0]['gen']} tokens, best of the "
              "rounds; llama.cpp through llama-cpp-python on the same file and threads.", "",
              "| model | Reame prefill tok/s | llama.cpp prefill | ratio | Reame decode tok/s | "
@@ -307,6 +311,8 @@ def main(argv=None) -> int:
     p.add_argument("--json", default=str(REPO / "bench" / "results" / "engine.json"))
     p.add_argument("--markdown", default=str(REPO / "docs" / "benchmarks.md"))
     p.add_argument("--no-validate", action="store_true")
+    p.add_argument("--act-type", choices=("q8", "f32"), default="q8",
+                   help="Reame's activations for quantised weights (reame --act-type)")
     p.add_argument("--worker", choices=("reame", "llama"), help=argparse.SUPPRESS)
     p.add_argument("--model", help=argparse.SUPPRESS)
     p.add_argument("--validate", action="store_true", help=argparse.SUPPRESS)

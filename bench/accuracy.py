@@ -1,6 +1,7 @@
 """Numerical agreement with the f32 reference: Reame's two matmul paths beside llama.cpp.
 
-    python -m bench.accuracy [--llama-python PATH] [--json PATH] [--markdown docs/benchmarks.md]
+    python -m bench.accuracy [--llama-python PATH] [--only LABEL] [--json PATH]
+                             [--markdown docs/benchmarks.md]
 
 For every quantised model of the tests (the tiny llama / qwen2 / qwen3 synthetic shapes in every
 quantised mix, random weights, 256 random tokens) and stories260K requantised to the legacy
@@ -37,14 +38,14 @@ MARKS = ("<!-- bench.accuracy:begin -->", "<!-- bench.accuracy:end -->")
 ENGINES = ("reame q8", "reame f32", "llama.cpp")
 
 
-def models(where: Path) -> list[tuple[str, Path, list[int]]]:
-    """(label, file, tokens) of every model measured."""
+def models(where: Path, only: str | None = None) -> list[tuple[str, Path, list[int]]]:
+    """(label, file, tokens) of every model measured (only: those whose label contains it)."""
     from bench.synth import MIXES, requantize, shared_dir, synth_model
     from reame.model import load_model
     out = []
     for shape in SHAPES:
         for mix in MIXES:
-            if mix in ("F32", "F16", "BF16"):
+            if mix in ("F32", "F16", "BF16") or (only and only not in f"{shape} {mix}"):
                 continue
             path = synth_model(where, shape, mix)
             n_vocab = load_model(path).config.n_vocab
@@ -52,10 +53,14 @@ def models(where: Path) -> list[tuple[str, Path, list[int]]]:
             out.append((f"{shape} {mix}", path, [int(t) for t in toks]))
     stories = shared_dir() / "models" / "stories260K.gguf"
     expected = shared_dir() / "testdata" / "stories260K.expected.json"
-    if stories.exists() and expected.exists():
+    if only and "stories260K" not in only:
+        pass
+    elif stories.exists() and expected.exists():
         cases = json.loads(expected.read_text())["cases"]
         text = [t for c in cases for t in c["prompt_tokens"] + c["greedy_tokens"]][:N_POS]
         for qtype in STORIES_TYPES:
+            if only and only not in f"stories260K {qtype}":
+                continue
             dst = where / f"stories260K-{qtype}.gguf"
             if not dst.exists():
                 requantize(stories, dst, qtype)
@@ -143,6 +148,7 @@ def main(argv=None) -> int:
     p.add_argument("--llama-python", default=None, help="a python that can import llama_cpp")
     p.add_argument("--json", default=str(REPO / "bench" / "results" / "accuracy.json"))
     p.add_argument("--markdown", default=str(REPO / "docs" / "benchmarks.md"))
+    p.add_argument("--only", default=None, help="only the models whose label contains this")
     p.add_argument("--worker", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.worker:
@@ -150,7 +156,7 @@ def main(argv=None) -> int:
         return 0
     where = bench_dir() / "accuracy"
     where.mkdir(parents=True, exist_ok=True)
-    todo = models(where)
+    todo = models(where, a.only)
     py = llama_python(a)
     if py is None:
         print("(llama-cpp-python not found: Reame only; see --llama-python)", file=sys.stderr)

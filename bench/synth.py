@@ -330,6 +330,10 @@ def shared_dir() -> Path:
     return Path(os.environ.get("REAME_SHARED") or REPO.parent / "shared")
 
 
+class MissingSharedData(FileNotFoundError):
+    """A vocabulary file of the shared test data folder is absent (tests: skip locally, fail in CI)."""
+
+
 def vocab_path(vocab: str) -> Path:
     """The GGUF a vocabulary name refers to: "stories" (512 tokens), "qwen2", "llama-spm", ...
     (ggml-vocab-*.gguf in shared/testdata/vocab), or a path to any GGUF with tokenizer keys."""
@@ -342,7 +346,7 @@ def vocab_path(vocab: str) -> Path:
     known = sorted(VOCAB_FILES) + sorted(
         f.name[len("ggml-vocab-"):-len(".gguf")]
         for f in (shared_dir() / "testdata/vocab").glob("ggml-vocab-*.gguf"))
-    raise FileNotFoundError(f"vocabulary {vocab!r} not found at {p} (known: {', '.join(known)}; "
+    raise MissingSharedData(f"vocabulary {vocab!r} not found at {p} (known: {', '.join(known)}; "
                             "set REAME_SHARED to the shared folder)")
 
 

@@ -18,15 +18,39 @@ def shared_dir() -> Path:
     return Path(os.environ.get("REAME_SHARED") or REPO.parent / "shared")
 
 
+def missing_data(msg: str):
+    """Skip (locally) or fail (CI) a test whose data is absent."""
+    if os.environ.get("CI"):
+        pytest.fail(msg)
+    pytest.skip(msg)
+
+
 def shared_path(rel: str) -> Path:
     """Path of a file under the shared folder; skip (locally) or fail (CI) when it is absent."""
     p = shared_dir() / rel
     if not p.exists():
-        msg = f"test data {p} is missing (set REAME_SHARED to the shared folder)"
-        if os.environ.get("CI"):
-            pytest.fail(msg)
-        pytest.skip(msg)
+        missing_data(f"test data {p} is missing (set REAME_SHARED to the shared folder)")
     return p
+
+
+def _missing_shared_data_is_a_skip():
+    """Synthetic models take their vocabulary from the shared folder: bench.synth raises
+    MissingSharedData without it, which counts as missing data in fixtures and tests alike."""
+    from bench.synth import MissingSharedData
+    try:
+        return (yield)
+    except MissingSharedData as e:
+        missing_data(str(e))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item):
+    return (yield from _missing_shared_data_is_a_skip())
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    return (yield from _missing_shared_data_is_a_skip())
 
 
 def isa_at(level: str):

@@ -17,6 +17,7 @@ from typing import Any
 
 import jinja2
 
+from . import panel_layout
 from .isa import ISA
 
 TEMPLATE_DIR = Path(__file__).resolve().parent.parent / "templates"
@@ -85,7 +86,10 @@ def environment() -> jinja2.Environment:
                                  lstrip_blocks=True, keep_trailing_newline=True,
                                  autoescape=False)
         env.globals.update(vec=_vec, splat=_splat, seq=_seq, f32=f32_hex, f64=f64_hex,
-                           range=range, min=min, max=max, len=len, enumerate=enumerate)
+                           range=range, min=min, max=max, len=len, enumerate=enumerate,
+                           panel_offsets=panel_layout.record_offsets,
+                           panel_segments=lambda dtype: panel_layout.SEGMENTS[dtype],
+                           panel_record=panel_layout.record_bytes)
         env.filters.update(f32=f32_hex, f64=f64_hex)
         _ENV = env
     return _ENV

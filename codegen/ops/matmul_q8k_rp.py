@@ -1,0 +1,63 @@
+"""matmul_q8k_rp: matmul_q8k with the weights in the row-panel layout (codegen/panel_layout.py).
+
+    y[n, M] (+)= dequant(w)[M, K] @ dequant(xq)[n, K]^T
+    args ("w", "xq", "y", "n"); dims ("M", "K", "acc"); K a multiple of 256, M of 16
+
+The contract of matmul_q8k except for `w`: `panel_layout.repack` of the GGUF rows, done once when
+the engine loads the model. The row-panel kernels (16 rows in the vector lanes, matmul_q8k's
+family `panel`) then read each superblock's transposed scales and quants with plain loads
+instead of transposing 16 rows in registers per call, so one layout serves decode (nt = 1) as
+well as batches and prompts. Threads split the rows in whole panels.
+
+Families (templates/matmul_q8k_rp_<family>.ll.j2, which include matmul_q8k's):
+    generic   matmul_q8k's generic kernel, each superblock gathered back from the record into a
+              stack buffer first: the portable reference the dispatch table checks against
+    panel     matmul_q8k's row-panel kernel on records (AVX-512 VNNI); pd = prefetch distance
+              (bytes ahead in the record stream), pf = its locality hint
+The expected result and tolerance are matmul_q8k's (same integer sums, same float steps).
+"""
+
+from __future__ import annotations
+
+from .. import panel_layout
+from .base import Case, Op, Variant
+from .matmul_q8k import OP as Q8K_OP
+from .matmul_q8k import K_TYPES, TOLERANCE
+
+
+def _case(spec, rng, n):
+    M = spec.p["M"]
+    if M % panel_layout.PANEL_ROWS:
+        raise ValueError(f"matmul_q8k_rp needs M a multiple of {panel_layout.PANEL_ROWS}, not {M}")
+    base = Q8K_OP.make_case(spec, rng, n)
+    w = base.buffers["w"]
+    bufs = {**base.buffers, "w": panel_layout.repack(w.reshape(M, -1), spec.dtype)}
+    return Case(bufs, OP.pack(bufs, n=n), base.outputs, {**base.meta, "w_gguf": w})
+
+
+def _reference(spec, case):
+    gguf = Case({**case.buffers, "w": case.meta["w_gguf"]}, case.args, case.outputs, case.meta)
+    return Q8K_OP.reference(spec, gguf)
+
+
+OP = Op(
+    name="matmul_q8k_rp",
+    args=("w", "xq", "y", "n"),
+    dims=("M", "K", "acc"),
+    variants=(
+        Variant("generic", "generic", K_TYPES, ({"nt": 1, "u": 1}, {"nt": 4, "u": 1}),
+                "matmul_q8k generic on superblocks gathered from the panel records"),
+        Variant("panel", "avx512_vnni", K_TYPES,
+                ({"nt": 1, "pf": 3, "pd": 8192}, {"nt": 4, "pf": 3, "pd": 8192},
+                 {"nt": 8, "pf": 3, "pd": 8192}),
+                "matmul_q8k's row panels on the panel layout: 16 rows x nt tokens per register "
+                "tile, scales and quants loaded pre-transposed; pd = prefetch distance (B), "
+                "pf = its locality hint (3: L1)"),
+    ),
+    make_case=_case,
+    reference=_reference,
+    tolerance=lambda dtype: TOLERANCE[dtype],
+    example_dims={"M": 5632, "K": 2048, "acc": 0},
+    doc="y[n, M] (+)= W[M, K] @ X[n, K]^T, K-quant weights in the row-panel layout x Q8K "
+        "activations",
+)

@@ -1,0 +1,53 @@
+"""The row-panel weight layout of K-quant tensors (matmul_q8k family `panel`, tile rp=1).
+
+The panel kernels compute 16 weight rows at once with row r in vector lane r: per superblock they
+load each of the 16 rows' bytes and transpose them in registers (16 x 4 or 16 x 8 dwords). The
+panel layout stores those transposes instead, once, at load: for each group of 16 rows and each
+superblock one record of 64-byte vectors, vector k of a segment (off, n) holding dword k of
+bytes [off, off + 4n) of the 16 rows' superblocks, lane r = row r. Segments are listed in the
+order the kernel reads them. A record is the same size as the 16 superblocks (Q6_K: +32 bytes
+for its scale d, read as one dword at byte 206 of each row).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+PANEL_ROWS = 16
+
+# (byte offset in a row's superblock, dwords), in the kernel's reading order
+SEGMENTS: dict[str, tuple[tuple[int, int], ...]] = {
+    "Q4_K": ((0, 4), (16, 8), (48, 8), (80, 8), (112, 8)),
+    "Q5_K": ((0, 4), (16, 8), (48, 8), (80, 8), (112, 8), (144, 8)),
+    "Q6_K": ((192, 4), (206, 1), (128, 8), (0, 8), (32, 8), (160, 8), (64, 8), (96, 8)),
+}
+BLOCK_BYTES = {"Q4_K": 144, "Q5_K": 176, "Q6_K": 210}
+
+
+def record_offsets(dtype: str) -> dict[int, int]:
+    """Byte offset in a record of each segment, by its offset in a row's superblock."""
+    out, at = {}, 0
+    for off, n in SEGMENTS[dtype]:
+        out[off] = at
+        at += 64 * n
+    return out
+
+
+def record_bytes(dtype: str) -> int:
+    return 64 * sum(n for _, n in SEGMENTS[dtype])
+
+
+def repack(raw: np.ndarray, dtype: str) -> np.ndarray:
+    """GGUF rows [M, K/256 superblocks] (uint8, M a multiple of 16) -> the panel layout (uint8,
+    M/16 * K/256 records, panel-major)."""
+    bb = BLOCK_BYTES[dtype]
+    m = raw.shape[0]
+    if m % PANEL_ROWS:
+        raise ValueError(f"{m} rows: the panel layout needs a multiple of {PANEL_ROWS}")
+    w = np.ascontiguousarray(raw).reshape(m // PANEL_ROWS, PANEL_ROWS, -1, bb)
+    p, _, nsb, _ = w.shape
+    parts = []
+    for off, n in SEGMENTS[dtype]:
+        seg = w[:, :, :, off:off + 4 * n].reshape(p, PANEL_ROWS, nsb, n, 4)
+        parts.append(seg.transpose(0, 2, 3, 1, 4).reshape(p, nsb, 64 * n))
+    return np.ascontiguousarray(np.concatenate(parts, axis=2)).reshape(-1)

@@ -11,6 +11,7 @@ GGUF and synthetic models (all of ../shared would take ~40 s of GGUFReader time)
 
 from __future__ import annotations
 
+import mmap
 import os
 import struct
 from dataclasses import dataclass
@@ -195,6 +196,19 @@ class GGUFFile:
 
     def get(self, key: str, default=None):
         return self.metadata.get(key, default)
+
+    def release(self, tensor: Tensor) -> None:
+        """Drop the pages of a tensor's data from this process (an engine that keeps its own
+        copy, e.g. repacked, calls it so the file's pages stop counting in its memory). The
+        mapping stays valid: a later read pages the bytes back in from the file."""
+        mm = getattr(self._map, "_mmap", None)
+        if mm is None or not hasattr(mm, "madvise") or not hasattr(mmap, "MADV_DONTNEED"):
+            return
+        page = mmap.PAGESIZE
+        start = -(-tensor.offset // page) * page                 # whole pages inside the tensor
+        end = (tensor.offset + tensor.data.nbytes) // page * page
+        if end > start:
+            mm.madvise(mmap.MADV_DONTNEED, start, end - start)
 
 
 def quant_size(type_id: int) -> tuple[int, int]:

@@ -277,31 +277,77 @@ def _site_ops(eng, bucket):
             if name.endswith(sfx)}
 
 
-def test_q8k_only_in_multi_token_programs(q4km_model):
-    """K-quant weights (K a multiple of 256) use quantize_q8k + matmul_q8k in programs of >= 2
-    tokens and Q8A in the decode program; the legacy fallback (ffn_down, K = 352: Q5_0/Q8_0)
-    stays on Q8A everywhere; each producer is quantised once per format and block."""
+def test_q8k_sites_and_panel_layout(q4km_model):
+    """K-quant weights (K a multiple of 256) read Q8K activations in every program: Q4_K/Q5_K
+    with whole 16-row panels through matmul_q8k_rp on a repacked copy where the ISA has the
+    panel kernels (one copy per tensor, shared by all programs), the rest through matmul_q8k;
+    the legacy fallback (ffn_down, K = 352: Q5_0/Q8_0) stays on Q8A; each producer is quantised
+    once per format."""
     eng = JITEngine(q4km_model, n_ctx=64, max_seqs=4, threads=2, max_batch_tokens=32)
     try:
         assert eng.buckets == [1, 4, 8, 16, 32]
+        vnni = eng.isa.has("avx512_vnni")
         for bucket in eng.buckets:
             ops = _site_ops(eng, bucket)
             for il in range(q4km_model.config.n_layer):
                 b = f"blk.{il}."
                 for w in ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up"):
-                    want = "matmul_q8k" if bucket > 1 else "matmul_q8"
-                    assert ops[f"{b}{w}.weight"] == want, (bucket, w)
+                    t = q4km_model.tensor(f"{b}{w}.weight")
+                    rp = vnni and t.type.name in ("Q4_K", "Q5_K") and t.n_rows % 16 == 0
+                    assert ops[t.name] == ("matmul_q8k_rp" if rp else "matmul_q8k"), (bucket, w)
+                    assert (t.name in eng.panel_weights) == rp
                 assert ops[f"{b}ffn_down.weight"] == "matmul_q8"
                 quant = sorted(o for s, o in ops.items() if s.startswith("quantize")
                                and s.split(".", 1)[1].startswith(b))
                 # producers h (attention), att, h (FFN): Q8K; g (ffn_down's input): Q8A
-                assert quant == (["quantize_q8"] + ["quantize_q8k"] * 3 if bucket > 1
-                                 else ["quantize_q8"] * 4), quant
-            assert ops["output.weight"] == ("matmul_q8k" if bucket > 1 else "matmul_q8")
+                assert quant == ["quantize_q8"] + ["quantize_q8k"] * 3, quant
+            assert ops["output.weight"] == "matmul_q8k"
+        for name, w in eng.panel_weights.items():     # programs point at the one copy
+            t = q4km_model.tensor(name)
+            assert w.nbytes == t.data.nbytes
+            slots = [s for n, s in eng.table.by_name.items() if n.split("@")[0] == name]
+            assert len(slots) == len(eng.buckets)
         with pytest.raises(ValueError, match="q8k_min_tokens"):
             JITEngine(q4km_model, n_ctx=64, max_seqs=4, threads=1, q8k_min_tokens=3)
     finally:
         eng.close()
+
+
+def test_panel_layout_changes_no_result(q4km_model, monkeypatch):
+    """The repacked copy is read by the same arithmetic: logits of prefill, a batch of 4 and
+    single decode steps equal those of the engine reading the GGUF rows (matmul_q8k) up to f32
+    summation order (which can move an activation by one 8-bit quantum before the next product,
+    as in test_batched_decode_equals_one_by_one: cosine >= 0.9999, same top-1); the file's pages
+    released by the repack read back the same bytes."""
+    import reame.jit.engine as je
+    rng = np.random.default_rng(8)
+    V = q4km_model.config.n_vocab
+    prompts = [rng.integers(0, V, n) for n in (3, 9, 14, 20)]
+    nxt, pos = rng.integers(0, V, 4), [len(p) for p in prompts]
+    before = {n: q4km_model.tensor(n).data.copy() for n in q4km_model.tensors}
+
+    def run(eng):
+        try:
+            out = [eng.forward(Batch.prefill(p, 0, s)) for s, p in enumerate(prompts)]
+            out.append(eng.forward(Batch.decode(nxt, pos, [0, 1, 2, 3])))
+            out.append(eng.forward(Batch.decode(nxt[:1], [pos[0] + 1], [0])))
+            return out, dict(eng.panel_weights)
+        finally:
+            eng.close()
+    got, panels = run(JITEngine(q4km_model, n_ctx=64, max_seqs=4, threads=2))
+    monkeypatch.setattr(je, "PANEL_TYPES", ())
+    want, none = run(JITEngine(q4km_model, n_ctx=64, max_seqs=4, threads=2))
+    assert not none and (panels or not detect_vnni())
+    for g, w in zip(got, want):
+        assert _cos(g, w).min() >= 0.9999
+        assert (g.argmax(-1) == w.argmax(-1)).all()
+    for n, data in before.items():
+        assert np.array_equal(q4km_model.tensor(n).data, data), n
+
+
+def detect_vnni() -> bool:
+    from reame.codegen.isa import detect
+    return detect().has("avx512_vnni")
 
 
 @pytest.mark.parametrize("q8k_min_tokens", [None, 1])

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..batch import Batch
-from ..codegen import q8a, q8k
+from ..codegen import panel_layout, q8a, q8k, registry
 from ..codegen.isa import detect
 from ..codegen.runtime import NativePool
 from ..dispatch import DispatchTable
@@ -31,7 +31,10 @@ BUCKETS = (1, 4, 8, 16)     # step sizes with their own program (plus one up to 
 # K-quant weights read Q8K activations (one scale per 256 values, op matmul_q8k) in programs
 # for at least this many tokens, Q8A (matmul_q8) below: see docs/engine.md for the measurements
 Q8K_TYPES = ("Q4_K", "Q5_K", "Q6_K")
-Q8K_MIN_TOKENS = 2
+Q8K_MIN_TOKENS = 1
+# ...and these, with a multiple of 16 rows, are repacked at load into the row-panel layout
+# (codegen/panel_layout.py, op matmul_q8k_rp) where the ISA has its panel kernels
+PANEL_TYPES = ("Q4_K", "Q5_K")
 
 
 class JITEngine:
@@ -66,6 +69,7 @@ class JITEngine:
         self.threads = self.pool.nth
         self.table = DispatchTable()
         self.kernels: dict = {}
+        self.panel_weights: dict[str, np.ndarray] = {}   # repacked copies, by tensor name
         self._alloc()
         self.programs: dict[int, StepProgram] = {b: self._build(b) for b in self.buckets}
         self._bucket_of = [0] + [next(b for b in self.buckets if b >= k)
@@ -132,8 +136,12 @@ class JITEngine:
                     P.op(f"quantize_q8k.{site}", choose("quantize_q8k", "F32", isa, bucket, K=K),
                          x=x, xq=xq, n=n)
                     quantized.add(xname + ":q8k")
-                P.op(site, choose("matmul_q8k", t.type.name, isa, bucket, M=Mo, K=K, acc=acc),
-                     w=W(site), xq=xq, y=y, n=n)
+                if self._panel_layout(t):
+                    P.op(site, choose("matmul_q8k_rp", t.type.name, isa, bucket, M=Mo, K=K,
+                                      acc=acc), w=self._repacked(t), xq=xq, y=y, n=n)
+                else:
+                    P.op(site, choose("matmul_q8k", t.type.name, isa, bucket, M=Mo, K=K,
+                                      acc=acc), w=W(site), xq=xq, y=y, n=n)
             elif (self.int_dot and t.type.quantized and int_path(t.type.name, isa)
                     and self.qbuf.get(xname) is not None):
                 xq = self.qbuf[xname]
@@ -262,6 +270,23 @@ class JITEngine:
 
     def close(self) -> None:
         self.pool.close()
+
+    # ------------------------------------------------------------------ weight layouts
+    def _panel_layout(self, t) -> bool:
+        """Whether weight t is read in the row-panel layout: a PANEL_TYPES type with whole
+        panels of rows, and panel kernels at this ISA level."""
+        return (t.type.name in PANEL_TYPES and t.n_rows % panel_layout.PANEL_ROWS == 0
+                and any(v.family == "panel" and v.usable(self.isa)
+                        for v in registry.get_op("matmul_q8k_rp").variants))
+
+    def _repacked(self, t) -> np.ndarray:
+        """t's weights in the row-panel layout, made once (shared by every program); the file's
+        pages of t are then dropped from this process, which reads only the copy."""
+        w = self.panel_weights.get(t.name)
+        if w is None:
+            w = self.panel_weights[t.name] = panel_layout.repack(t.rows(), t.type.name)
+            self.model.file.release(t)
+        return w
 
 
 SMALL_MODEL_BYTES = 16 << 20   # below this, one thread beats splitting every op

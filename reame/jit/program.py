@@ -34,7 +34,7 @@ N, M = Dyn("n"), Dyn("m")
 
 # ops worth cutting into several slices per thread (claimed dynamically, which evens out threads
 # that run at different speeds); the element-wise ops get one slice per thread
-HEAVY_OPS = ("matmul", "matmul_q8", "matmul_q8k", "attn_decode", "attn_prefill")
+HEAVY_OPS = ("matmul", "matmul_q8", "matmul_q8k", "matmul_q8k_rp", "attn_decode", "attn_prefill")
 HEAVY_SLICES = 4
 
 

@@ -75,6 +75,20 @@ def variant_levels(variant) -> list[str]:
     return out
 
 
+def type_variant_params(op, dtypes) -> list:
+    """pytest params (dtype, family, level, tile) of every type x variant x tested level x tile
+    of an op, with readable ids."""
+    out = []
+    for dtype in dtypes:
+        for v in op.variants:
+            for level in variant_levels(v):
+                for tile in v.tiles:
+                    tiles = ",".join(f"{k}{x}" for k, x in tile.items())
+                    out.append(pytest.param(dtype, v.family, level, tile,
+                                            id=f"{dtype}-{level}-{v.family}-{tiles}"))
+    return out
+
+
 @pytest.fixture(scope="session")
 def stories_path() -> Path:
     return shared_path("models/stories260K.gguf")

@@ -22,6 +22,7 @@ from reame.codegen.ops.matmul_q8_k import random_activations, random_weights
 from reame.codegen.registry import get_op
 from reame.codegen.spec import KernelSpec
 from conftest import isa_at as _isa
+from conftest import type_variant_params
 from conftest import variant_levels as _levels
 
 OP = get_op("matmul_q8k")
@@ -37,15 +38,7 @@ def _spec(dtype, family, level, tile, M, K, acc):
 
 
 def _params():
-    out = []
-    for dtype in TYPES:
-        for v in OP.variants:
-            for level in _levels(v):
-                for tile in v.tiles:
-                    tiles = ",".join(f"{k}{x}" for k, x in tile.items())
-                    out.append(pytest.param(dtype, v.family, level, tile,
-                                            id=f"{dtype}-{level}-{v.family}-{tiles}"))
-    return out
+    return type_variant_params(OP, TYPES)
 
 
 @functools.lru_cache(maxsize=None)

@@ -15,7 +15,7 @@ from reame.codegen.ops.matmul_q8_k import random_weights
 from reame.codegen.registry import get_op
 from reame.codegen.spec import KernelSpec
 from conftest import isa_at as _isa
-from conftest import variant_levels as _levels
+from conftest import type_variant_params
 
 OP = get_op("matmul_q8k_rp")
 TYPES = ("Q4_K", "Q5_K", "Q6_K")
@@ -50,15 +50,7 @@ def test_repack_matches_the_definition(dtype):
 
 
 def _params():
-    out = []
-    for dtype in TYPES:
-        for v in OP.variants:
-            for level in _levels(v):
-                for tile in v.tiles:
-                    tiles = ",".join(f"{k}{x}" for k, x in tile.items())
-                    out.append(pytest.param(dtype, v.family, level, tile,
-                                            id=f"{dtype}-{level}-{v.family}-{tiles}"))
-    return out
+    return type_variant_params(OP, TYPES)
 
 
 @pytest.mark.parametrize("dtype,family,level,tile", _params())

@@ -46,8 +46,11 @@ def repack(raw: np.ndarray, dtype: str) -> np.ndarray:
         raise ValueError(f"{m} rows: the panel layout needs a multiple of {PANEL_ROWS}")
     w = np.ascontiguousarray(raw).reshape(m // PANEL_ROWS, PANEL_ROWS, -1, bb)
     p, _, nsb, _ = w.shape
-    parts = []
-    for off, n in SEGMENTS[dtype]:
-        seg = w[:, :, :, off:off + 4 * n].reshape(p, PANEL_ROWS, nsb, n, 4)
-        parts.append(seg.transpose(0, 2, 3, 1, 4).reshape(p, nsb, 64 * n))
-    return np.ascontiguousarray(np.concatenate(parts, axis=2)).reshape(-1)
+    out = np.empty((p, nsb, record_bytes(dtype)), np.uint8)
+    at = 0
+    for off, n in SEGMENTS[dtype]:                 # one strided copy per segment
+        seg = w[:, :, :, off:off + 4 * n].view(np.uint32).reshape(p, PANEL_ROWS, nsb, n)
+        out[:, :, at:at + 64 * n].view(np.uint32).reshape(p, nsb, n, PANEL_ROWS)[...] = \
+            seg.transpose(0, 2, 3, 1)
+        at += 64 * n
+    return out.reshape(-1)

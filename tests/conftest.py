@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
@@ -87,6 +88,23 @@ def type_variant_params(op, dtypes) -> list:
                     out.append(pytest.param(dtype, v.family, level, tile,
                                             id=f"{dtype}-{level}-{v.family}-{tiles}"))
     return out
+
+
+def guarded_bytes(nbytes: int, at_end: bool):
+    """A uint8 array of nbytes that ends exactly at (at_end) or starts exactly after (not
+    at_end) a PROT_NONE page: any read outside it segfaults."""
+    import ctypes
+    import mmap
+    page = mmap.PAGESIZE
+    span = (nbytes + page - 1) // page * page
+    buf = mmap.mmap(-1, span + 2 * page, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+    base = ctypes.addressof(ctypes.c_char.from_buffer(buf))
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mprotect.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+    assert libc.mprotect(base, page, 0) == 0
+    assert libc.mprotect(base + page + span, page, 0) == 0
+    off = page + (span - nbytes if at_end else 0)
+    return buf, np.frombuffer(buf, np.uint8, nbytes, off)
 
 
 @pytest.fixture(scope="session")

@@ -16,6 +16,7 @@ from reame.codegen.isa import detect
 from reame.codegen.kernels import build
 from reame.codegen.ops import matmul_q8 as mq
 from reame.codegen.registry import get_op
+from conftest import guarded_bytes
 from conftest import isa_at as _isa
 
 OP = get_op("matmul_q8")
@@ -116,23 +117,6 @@ def test_registry_and_hook():
     assert all(v in OP.variants for v in mq.K_VARIANTS)
 
 
-def _guarded(nbytes: int, at_end: bool):
-    """A uint8 array of nbytes that ends exactly at (at_end) or starts exactly after (not
-    at_end) a PROT_NONE page: any read outside it segfaults."""
-    import ctypes
-    import mmap
-    page = mmap.PAGESIZE
-    span = (nbytes + page - 1) // page * page
-    buf = mmap.mmap(-1, span + 2 * page, prot=mmap.PROT_READ | mmap.PROT_WRITE)
-    base = ctypes.addressof(ctypes.c_char.from_buffer(buf))
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.mprotect.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
-    assert libc.mprotect(base, page, 0) == 0
-    assert libc.mprotect(base + page + span, page, 0) == 0
-    off = page + (span - nbytes if at_end else 0)
-    return buf, np.frombuffer(buf, np.uint8, nbytes, off)
-
-
 @pytest.mark.parametrize("at_end", (True, False), ids=("guard-after", "guard-before"))
 @pytest.mark.parametrize("dtype", TYPES)
 def test_reads_stay_inside_the_weights(dtype, at_end):
@@ -143,7 +127,7 @@ def test_reads_stay_inside_the_weights(dtype, at_end):
         for spec in OP.specs(dtype, isa, M=M, K=K, acc=0):
             case = OP.make_case(spec, np.random.default_rng(0), 2)
             w = case.buffers["w"]
-            keep, g = _guarded(w.nbytes, at_end)
+            keep, g = guarded_bytes(w.nbytes, at_end)
             g[:] = w.reshape(-1)
             args = case.args.copy()
             args[OP.args.index("w")] = g.ctypes.data

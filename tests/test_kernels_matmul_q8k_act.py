@@ -21,6 +21,7 @@ from reame.codegen.ops import matmul_q8k as mk
 from reame.codegen.ops.matmul_q8_k import random_activations, random_weights
 from reame.codegen.registry import get_op
 from reame.codegen.spec import KernelSpec
+from conftest import guarded_bytes
 from conftest import isa_at as _isa
 from conftest import type_variant_params
 from conftest import variant_levels as _levels
@@ -205,23 +206,6 @@ def test_panel_tiles(dtype):
                                                    err_msg=f"{spec.label()} n={n} nth={nth}")
 
 
-def _guarded(nbytes: int, at_end: bool):
-    """A uint8 array of nbytes that ends exactly at (at_end) or starts exactly after (not
-    at_end) a PROT_NONE page."""
-    import ctypes
-    import mmap
-    page = mmap.PAGESIZE
-    span = (nbytes + page - 1) // page * page
-    buf = mmap.mmap(-1, span + 2 * page, prot=mmap.PROT_READ | mmap.PROT_WRITE)
-    base = ctypes.addressof(ctypes.c_char.from_buffer(buf))
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.mprotect.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
-    assert libc.mprotect(base, page, 0) == 0
-    assert libc.mprotect(base + page + span, page, 0) == 0
-    off = page + (span - nbytes if at_end else 0)
-    return buf, np.frombuffer(buf, np.uint8, nbytes, off)
-
-
 @pytest.mark.parametrize("at_end", (True, False), ids=("guard-after", "guard-before"))
 @pytest.mark.parametrize("dtype", TYPES)
 def test_reads_stay_inside_the_weights(dtype, at_end):
@@ -239,7 +223,7 @@ def test_reads_stay_inside_the_weights(dtype, at_end):
                 case = OP.make_case(spec, np.random.default_rng(0), 5)
                 want = OP.reference(spec, case)["y"]
                 w = case.buffers["w"]
-                keep, g = _guarded(w.nbytes, at_end)
+                keep, g = guarded_bytes(w.nbytes, at_end)
                 g[:] = w.reshape(-1)
                 args = case.args.copy()
                 args[0] = g.ctypes.data

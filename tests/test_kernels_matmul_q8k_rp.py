@@ -14,6 +14,7 @@ from reame.codegen.kernels import build
 from reame.codegen.ops.matmul_q8_k import random_weights
 from reame.codegen.registry import get_op
 from reame.codegen.spec import KernelSpec
+from conftest import guarded_bytes
 from conftest import isa_at as _isa
 from conftest import type_variant_params
 
@@ -93,3 +94,26 @@ def test_rows_must_fill_panels():
     spec = KernelSpec.make(OP.name, "Q4_K", "generic", "generic", M=24, K=256, acc=0, nt=1, u=1)
     with pytest.raises(ValueError, match="multiple of 16"):
         OP.make_case(spec, np.random.default_rng(0), 1)
+
+
+@pytest.mark.parametrize("at_end", (True, False), ids=("guard-after", "guard-before"))
+@pytest.mark.parametrize("dtype", TYPES)
+def test_reads_stay_inside_the_records(dtype, at_end):
+    """Records between PROT_NONE pages: no variant x tile loads a byte outside them (prefetches
+    may run ahead: they do not fault)."""
+    isa = _isa("native")
+    rtol, atol = OP.tolerance(dtype)
+    for M, K in ((16, 256), (48, 512)):
+        for spec in OP.specs(dtype, isa, M=M, K=K, acc=0):
+            case = OP.make_case(spec, np.random.default_rng(0), 5)
+            want = OP.reference(spec, case)["y"]
+            w = case.buffers["w"]
+            keep, g = guarded_bytes(w.nbytes, at_end)
+            g[:] = w
+            args = case.args.copy()
+            args[0] = g.ctypes.data
+            case.buffers["y"][...] = np.nan
+            build(spec, isa).run_threads(args, 2)
+            np.testing.assert_allclose(case.buffers["y"], want, rtol=rtol, atol=atol,
+                                       err_msg=spec.label())
+            del g, keep

@@ -107,6 +107,22 @@ def guarded_bytes(nbytes: int, at_end: bool):
     return buf, np.frombuffer(buf, np.uint8, nbytes, off)
 
 
+def check_every_tile_native(variants, make_spec, case, want, tolerance, threads=(1, 3)):
+    """Run every variant x tile of an op (make_spec(family, tile) -> spec at the native level)
+    on one case (acc=1: y restored from case.meta["y0"] before each run) and compare y."""
+    from reame.codegen.isa import detect
+    from reame.codegen.kernels import build
+    rtol, atol = tolerance
+    for v in variants:
+        for tile in v.tiles:
+            spec = make_spec(v.family, tile)
+            for nth in threads:
+                case.buffers["y"][...] = case.meta["y0"]
+                build(spec, detect()).run_threads(case.args, nth)
+                np.testing.assert_allclose(case.buffers["y"], want, rtol=rtol, atol=atol,
+                                           err_msg=f"{spec.label()} nth={nth}")
+
+
 @pytest.fixture(scope="session")
 def stories_path() -> Path:
     return shared_path("models/stories260K.gguf")

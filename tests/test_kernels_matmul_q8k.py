@@ -15,6 +15,7 @@ from reame.codegen.isa import detect
 from reame.codegen.kernels import build
 from reame.codegen.ops import matmul_q8_k as mk
 from reame.codegen.spec import KernelSpec
+from conftest import check_every_tile_native
 from conftest import isa_at as _isa
 from conftest import variant_levels as _levels
 
@@ -76,15 +77,9 @@ def test_long_rows_and_row_chunks_native(dtype):
     spec0 = _spec(dtype, "kgeneric", "native", {"nt": 1, "u": 1}, M, K, 1)
     case = mk.make_case(spec0, np.random.default_rng(7), n)
     want = mk.reference(spec0, case)["y"]
-    rtol, atol = mk.TOLERANCE[dtype]
-    for v in mk.VARIANTS:
-        for tile in v.tiles:
-            spec = _spec(dtype, v.family, "native", tile, M, K, 1)
-            for nth in (1, 3):
-                case.buffers["y"][...] = case.meta["y0"]
-                build(spec, detect()).run_threads(case.args, nth)
-                np.testing.assert_allclose(case.buffers["y"], want, rtol=rtol, atol=atol,
-                                           err_msg=f"{spec.label()} nth={nth}")
+    check_every_tile_native(mk.VARIANTS,
+                            lambda family, tile: _spec(dtype, family, "native", tile, M, K, 1),
+                            case, want, mk.TOLERANCE[dtype])
 
 
 # one 32-block (Q6_K: one 16-group) made wrong: a changed 6-bit sub-block scale / int8 scale

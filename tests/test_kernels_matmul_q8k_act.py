@@ -21,6 +21,7 @@ from reame.codegen.ops import matmul_q8k as mk
 from reame.codegen.ops.matmul_q8_k import random_activations, random_weights
 from reame.codegen.registry import get_op
 from reame.codegen.spec import KernelSpec
+from conftest import check_every_tile_native
 from conftest import guarded_bytes
 from conftest import isa_at as _isa
 from conftest import type_variant_params
@@ -73,15 +74,9 @@ def test_long_rows_native(dtype):
     spec0 = _spec(dtype, "generic", "native", {"nt": 1, "u": 1}, M, K, 1)
     case = OP.make_case(spec0, np.random.default_rng(7), n)
     want = OP.reference(spec0, case)["y"]
-    rtol, atol = mk.TOLERANCE[dtype]
-    for v in OP.variants:
-        for tile in v.tiles:
-            spec = _spec(dtype, v.family, "native", tile, M, K, 1)
-            for nth in (1, 3):
-                case.buffers["y"][...] = case.meta["y0"]
-                build(spec, detect()).run_threads(case.args, nth)
-                np.testing.assert_allclose(case.buffers["y"], want, rtol=rtol, atol=atol,
-                                           err_msg=f"{spec.label()} nth={nth}")
+    check_every_tile_native(OP.variants,
+                            lambda family, tile: _spec(dtype, family, "native", tile, M, K, 1),
+                            case, want, mk.TOLERANCE[dtype])
 
 
 def _all_native_and_low(M, K, acc=0):

@@ -4,7 +4,9 @@ Policy: the most specific family this ISA level can run (the variant with the hi
 level), and within it the tile that fits the program's token count (see `choose`). For the
 integer-dot ops, programs of >= PANEL_MIN_TOKENS tokens use the row-panel family (`panel`:
 register tiles of 16 weight rows x nt tokens) where the type has one, and decode (1 token) the
-streaming families (docs/kernels-int8.md, docs/kernels-kquants.md). Quantised
+streaming families (docs/kernels-int8.md, docs/kernels-kquants.md); op `matmul_q8k_rp`
+(Q4_K/Q5_K weights repacked into the row-panel layout by the engine) is panels at every step
+size, nt = 1 for decode. Quantised
 weights go through the integer path (activations quantised to Q8A, `matmul_q8`) when the level
 has a kernel for that type; float weights through `matmul`, with the GEMM family for prompt
 chunks. The adaptive runtime replaces these starting points by measured winners.

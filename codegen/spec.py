@@ -75,6 +75,11 @@ def _seq(n: int, ty: str = "i32", start: int = 0, step: int = 1) -> str:
     return "<" + ", ".join(f"{ty} {start + i * step}" for i in range(n)) + ">"
 
 
+def _fail(msg: str):
+    """`{{ fail("...") }}` in a template: a spec the template cannot render is an error."""
+    raise ValueError(msg)
+
+
 _ENV: jinja2.Environment | None = None
 
 
@@ -87,6 +92,7 @@ def environment() -> jinja2.Environment:
                                  autoescape=False)
         env.globals.update(vec=_vec, splat=_splat, seq=_seq, f32=f32_hex, f64=f64_hex,
                            range=range, min=min, max=max, len=len, enumerate=enumerate,
+                           fail=_fail,
                            panel_offsets=panel_layout.record_offsets,
                            panel_segments=lambda dtype: panel_layout.SEGMENTS[dtype],
                            panel_record=panel_layout.record_bytes)

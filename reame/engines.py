@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
+
 from .errors import ReameError
-from .kv_cache import DEFAULT_MAX_CTX
+from .kv_cache import DEFAULT_BLOCK_SIZE, DEFAULT_MAX_CTX, bytes_per_token
 
 ENGINES = ("jit", "reference")
 DEFAULT_ENGINE = "jit"
@@ -17,9 +19,11 @@ DEFAULT_ACT_TYPE = {"jit": "q8", "reference": "f32"}
 
 def create_engine(model, name: str = DEFAULT_ENGINE, *, n_ctx: int | None = None,
                   max_seqs: int = 4, kv_type: str = "f32", threads: int | None = None,
-                  act_type: str | None = None):
-    """An engine over a loaded model. n_ctx defaults to min(trained context, 4096); act_type
-    (one of ACT_TYPES) to the engine's DEFAULT_ACT_TYPE."""
+                  act_type: str | None = None, block_size: int = DEFAULT_BLOCK_SIZE,
+                  kv_blocks: int | None = None):
+    """An engine over a loaded model. n_ctx (context per sequence) defaults to min(trained
+    context, 4096); act_type (one of ACT_TYPES) to the engine's DEFAULT_ACT_TYPE; the KV pool
+    to kv_blocks blocks of block_size positions (default: n_ctx for each of max_seqs slots)."""
     if name not in ENGINES:
         raise ReameError(f"unknown engine {name!r} (choose from: {', '.join(ENGINES)})")
     act_type = act_type or DEFAULT_ACT_TYPE[name]
@@ -31,7 +35,48 @@ def create_engine(model, name: str = DEFAULT_ENGINE, *, n_ctx: int | None = None
         from .reference import ReferenceEngine
         # q8: the numpy oracle of the JIT's integer path (Q8A, and Q8K where the JIT uses it)
         return ReferenceEngine(model, n_ctx=n_ctx, max_seqs=max_seqs, kv_dtype=kv_type,
-                               act_quant=act_type == "q8", q8k_min_tokens=Q8K_MIN_TOKENS)
+                               act_quant=act_type == "q8", q8k_min_tokens=Q8K_MIN_TOKENS,
+                               block_size=block_size, kv_blocks=kv_blocks)
     from .jit.engine import JITEngine
     return JITEngine(model, n_ctx=n_ctx, max_seqs=max_seqs, kv_dtype=kv_type, threads=threads,
-                     int_dot=act_type == "q8")
+                     int_dot=act_type == "q8", block_size=block_size, kv_blocks=kv_blocks)
+
+
+KV_MEMORY_SHARE = 0.25      # of the available memory, at most, for the default KV pool
+
+
+def available_memory() -> int:
+    """Bytes the system can give without swapping (MemAvailable), or the physical memory."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def kv_budget(config, n_ctx: int, max_seqs: int, kv_type: str = "f32",
+              block_size: int = DEFAULT_BLOCK_SIZE, kv_cache_mb: int | None = None,
+              workers: int = 1) -> tuple[int, int]:
+    """(blocks in the KV pool, context per sequence) for a server.
+
+    The pool is `kv_cache_mb` MiB when given; by default enough for every one of `max_seqs`
+    sequences to hold `n_ctx` tokens (what the batch can use at once; the prefix cache lives in
+    whatever running sequences leave free), but at most KV_MEMORY_SHARE of the available memory
+    split between the workers. The context is capped to what the pool holds, so one sequence can
+    always run to its end (with every other one preempted).
+    """
+    per_block = block_size * bytes_per_token(config.n_layer, config.n_head_kv, config.head_dim,
+                                             config.head_dim_v, kv_type)
+    if kv_cache_mb is not None:
+        blocks = kv_cache_mb * 2**20 // per_block
+    else:
+        blocks = max_seqs * -(-n_ctx // block_size)
+        blocks = min(blocks, int(available_memory() * KV_MEMORY_SHARE) // max(1, workers)
+                     // per_block)
+    if blocks < 2:
+        raise ReameError(f"a KV cache of {kv_cache_mb or 'the available'} MiB holds fewer than "
+                         f"2 blocks of {block_size} tokens ({per_block / 2**20:.2f} MiB each)")
+    return blocks, min(n_ctx, blocks * block_size)

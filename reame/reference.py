@@ -15,7 +15,7 @@ import numpy as np
 from .batch import Batch
 from .codegen import q8a, q8k
 from .config import ModelConfig
-from .kv_cache import DEFAULT_MAX_CTX, KVCache
+from .kv_cache import DEFAULT_BLOCK_SIZE, DEFAULT_MAX_CTX, PagedKVCache
 from .model import Model
 
 
@@ -72,18 +72,21 @@ def apply_rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, rope_dim: int, n
 
 
 class ReferenceEngine:
-    """Forward passes in numpy over a KV cache of `max_seqs` sequences of `n_ctx` tokens."""
+    """Forward passes in numpy over a paged KV cache: `max_seqs` slots of up to `n_ctx` tokens
+    in a pool of `kv_blocks` blocks (default: a whole context per slot)."""
 
     name = "reference"
 
     def __init__(self, model: Model, n_ctx: int | None = None, max_seqs: int = 4,
                  kv_dtype: str = "f32", act_quant: bool = False,
-                 q8k_min_tokens: int | None = None):
+                 q8k_min_tokens: int | None = None, block_size: int = DEFAULT_BLOCK_SIZE,
+                 kv_blocks: int | None = None):
         self.model, self.config = model, model.config
         c = self.config
-        self.n_ctx = n_ctx or min(c.n_ctx_train, DEFAULT_MAX_CTX)
-        self.kv = KVCache(c.n_layer, max_seqs, c.n_head_kv, self.n_ctx, c.head_dim,
-                          c.head_dim_v, kv_dtype)
+        self.kv = PagedKVCache(c.n_layer, max_seqs, c.n_head_kv,
+                               n_ctx or min(c.n_ctx_train, DEFAULT_MAX_CTX), c.head_dim,
+                               c.head_dim_v, kv_dtype, block_size, kv_blocks)
+        self.n_ctx = self.kv.n_ctx
         w = {name: t.dequantize() for name, t in model.tensors.items()}
         self.w = w
         self.out_name = "token_embd.weight" if c.tied_embeddings else "output.weight"

@@ -82,8 +82,9 @@ def test_rope(spec, isa):
 
 
 @pytest.mark.parametrize("spec,isa", _params("store_kv", [
-    {"Hkv": Hkv, "D": D, "Dv": Dv, "C": C, "kv": kv}
-    for Hkv, D, Dv, C in ((2, 64, 64, 16), (3, 20, 12, 7)) for kv in ("f32", "f16")]))
+    {"Hkv": Hkv, "D": D, "Dv": Dv, "C": C, "BS": BS, "kv": kv}
+    for Hkv, D, Dv, C, BS in ((2, 64, 64, 16, 0), (3, 20, 12, 7, 0), (2, 64, 64, 64, 16),
+                              (3, 20, 12, 96, 32)) for kv in ("f32", "f16")]))
 def test_store_kv(spec, isa):
     _check_all("store_kv", spec, isa)
 
@@ -174,7 +175,7 @@ def test_rope_leaves_unrotated_dims(level):
 def test_store_kv_f16_bit_exact(level):
     """Round to nearest even, ties, overflow to +-inf, denormal halves, NaN stays NaN."""
     op = get_op("store_kv")
-    spec, isa = _best("store_kv", level, Hkv=1, D=24, Dv=8, C=4, kv="f16")
+    spec, isa = _best("store_kv", level, Hkv=1, D=24, Dv=8, C=4, BS=0, kv="f16")
     k = build(spec, isa)
     vals = np.array([65504, 65519, 65520, 1e9, -70000, np.inf, -np.inf, 6e-8, 2.9e-8, 3e-8,
                      5.96e-8, 6.1e-5, 6.09e-5, -1e-7, 1.00048828125, 1.00146484375, 0.0, -0.0,
@@ -184,7 +185,7 @@ def test_store_kv_f16_bit_exact(level):
     kc = np.zeros((1, 1, 4, 24), np.float16)
     vc = np.zeros((1, 1, 4, 8), np.float16)
     args = op.pack({"k": kk, "v": v, "kc": kc, "vc": vc, "pos": np.array([2], np.int32),
-                    "seq": np.array([0], np.int32)}, n=1)
+                    "seq": np.array([0], np.int32), "bt": np.zeros(1, np.int32)}, n=1)
     k(args)
     with np.errstate(over="ignore", invalid="ignore"):
         want = vals.astype(np.float16)

@@ -1,9 +1,11 @@
 """attn_decode: grouped-query attention of each token over its KV-cache prefix (online softmax).
 
-args ("q", "kc", "vc", "out", "pos", "seq", "n"): q f32 [n, H, D] (after RoPE); kc, vc one
-layer's cache arrays [max_seqs, Hkv, C, D] / [max_seqs, Hkv, C, Dv] (f32 or f16), already holding
-this step's keys (store_kv runs first); out f32 [n, H, Dv]; pos, seq i32 [n].
-dims ("H", "Hkv", "D", "Dv", "C", "kv", "scale"); G = H / Hkv query heads share a kv head.
+args ("q", "kc", "vc", "out", "pos", "seq", "bt", "n"): q f32 [n, H, D] (after RoPE); kc, vc one
+layer's cache (f32 or f16) in one of the layouts of ops/kv_layout.py, already holding this
+step's keys (store_kv runs first): paged (BS > 0: a pool [blocks, Hkv, BS, D] and the block
+table bt i32 [slots, C / BS]) or contiguous (BS = 0: [slots, Hkv, C, D], bt unused); out f32
+[n, H, Dv]; pos, seq i32 [n]. dims ("H", "Hkv", "D", "Dv", "C", "BS", "kv", "scale"); G = H / Hkv
+query heads share a kv head.
 
     out[i, h] = softmax(scale * k[seq[i], h // G, 0..pos[i]] @ q[i, h]) @ v[seq[i], h // G, 0..pos[i]]
 
@@ -11,7 +13,8 @@ which is reame.reference's attention loop. One pass over the keys in blocks of v
 with a running max and sum (online softmax): memory O(G * Dv) whatever the length.
 Threading: units (token, kv head) in contiguous ranges of equal estimated cost (keys + 32).
 Tiles: vl (keys per score vector = lanes), kb (score vectors per key block), pf (software
-prefetch of the next block's K/V rows: the keys come from DRAM at long contexts).
+prefetch of the next block's K/V rows: the keys come from DRAM at long contexts). Paged, a key
+block of vl * kb keys must divide BS (it then lies in one KV block): `fits` filters the tiles.
 Tolerance: rtol 2e-5, atol 2e-5 against float64 on the same (f16-rounded) cache values: f32 dot
 products and running sums (errors ~1e-6 of the scores), exp < 1 ulp.
 """
@@ -23,31 +26,43 @@ import math
 import numpy as np
 
 from .base import Case, Op, Variant
-
-KV_DTYPES = {"f32": np.float32, "f16": np.float16}
+from .kv_layout import contiguous, random_cache
 
 
 def make_attention_case(op, spec, rng, n, seqs=3, positions=None, seq_ids=None):
-    """Random q and a random cache of `seqs` slots; tokens at random (seq, pos) unless given."""
-    H, Hkv, D, Dv, C, kv = (spec.p[k] for k in ("H", "Hkv", "D", "Dv", "C", "kv"))
+    """Random q and a random cache of `seqs` slots (paged: slots 0 and 1 share their first
+    block); tokens at random (seq, pos) unless given."""
+    H, Hkv, D, Dv, C, BS, kv = (spec.p[k] for k in ("H", "Hkv", "D", "Dv", "C", "BS", "kv"))
     if positions is None:
         positions = rng.integers(0, C, n)
         if n >= 2:
             positions[0], positions[1] = 0, C - 1           # one key; the whole cache
     if seq_ids is None:
         seq_ids = rng.integers(0, seqs, n)
-    dt = KV_DTYPES[kv]
     q = (rng.standard_normal((n, H, D)) * 2).astype(np.float32)
-    kc = rng.standard_normal((seqs, Hkv, C, D)).astype(dt)
-    vc = rng.standard_normal((seqs, Hkv, C, Dv)).astype(dt)
+    kc, vc, bt = random_cache(rng, seqs, Hkv, C, D, Dv, BS, kv)
     out = np.full((n, H, Dv), np.nan, np.float32)
-    bufs = {"q": q, "kc": kc, "vc": vc, "out": out,
+    bufs = {"q": q, "kc": kc, "vc": vc, "out": out, "bt": bt,
             "pos": np.asarray(positions, np.int32), "seq": np.asarray(seq_ids, np.int32)}
     return Case(bufs, op.pack(bufs, n=n), ("out",))
 
 
+def key_block_fits(tile: dict, dims: dict) -> bool:
+    """A paged cache needs key blocks (vl * kb keys, or bk) that divide the KV block size."""
+    bs = dims.get("BS", 0)
+    return not bs or bs % tile.get("bk", tile.get("vl", 1) * tile.get("kb", 1)) == 0
+
+
+def case_reference(spec, case):
+    """The expected output of a case (either layout)."""
+    b = case.buffers
+    kc, vc = (contiguous(b[x], b["bt"], spec.p["BS"]) for x in ("kc", "vc"))
+    return {"out": reference(b["q"], kc, vc, b["pos"], b["seq"], spec.p["scale"])}
+
+
 def reference(q, kc, vc, pos, seq, scale):
-    """float64 attention of each token over its prefix (reame.reference's loop)."""
+    """float64 attention of each token over its prefix (reame.reference's loop), over a
+    contiguous cache (kv_layout.contiguous gathers a paged one)."""
     n, H, _ = q.shape
     Hkv = kc.shape[1]
     G = H // Hkv
@@ -66,11 +81,6 @@ def _case(spec, rng, n):
     return make_attention_case(OP, spec, rng, n)
 
 
-def _reference(spec, case):
-    b = case.buffers
-    return {"out": reference(b["q"], b["kc"], b["vc"], b["pos"], b["seq"], spec.p["scale"])}
-
-
 def tolerance(dtype):
     return (2e-5, 2e-5)
 
@@ -79,20 +89,21 @@ SIMD = "tuned: FMA, vcvtph2ps for f16 rows, exp with vscalefps (AVX-512)"
 
 OP = Op(
     name="attn_decode",
-    args=("q", "kc", "vc", "out", "pos", "seq", "n"),
-    dims=("H", "Hkv", "D", "Dv", "C", "kv", "scale"),
+    args=("q", "kc", "vc", "out", "pos", "seq", "bt", "n"),
+    dims=("H", "Hkv", "D", "Dv", "C", "BS", "kv", "scale"),
     variants=(
         Variant("generic", "generic", ("F32",), ({"vl": 4, "kb": 4, "pf": 0},),
                 "portable: 4 keys per score vector, 16-key blocks"),
         Variant("simd", "avx2", ("F32",), ({"vl": 8, "kb": 2, "pf": 1}, {"vl": 8, "kb": 4, "pf": 1}),
                 SIMD),
-        Variant("simd", "avx512", ("F32",), ({"vl": 16, "kb": 2, "pf": 1}, {"vl": 16, "kb": 4, "pf": 1}),
-                SIMD),
+        Variant("simd", "avx512", ("F32",), ({"vl": 16, "kb": 2, "pf": 1}, {"vl": 16, "kb": 4, "pf": 1},
+                                             {"vl": 16, "kb": 1, "pf": 1}), SIMD),
     ),
     make_case=_case,
-    reference=_reference,
+    reference=case_reference,
     tolerance=tolerance,
-    example_dims={"H": 14, "Hkv": 2, "D": 64, "Dv": 64, "C": 4096, "kv": "f32",
+    example_dims={"H": 14, "Hkv": 2, "D": 64, "Dv": 64, "C": 4096, "BS": 32, "kv": "f32",
                   "scale": 1 / math.sqrt(64)},
-    doc="decode attention: each token over its KV prefix, GQA, online softmax",
+    doc="decode attention: each token over its KV prefix (paged or contiguous), GQA, online softmax",
+    fits=key_block_fits,
 )

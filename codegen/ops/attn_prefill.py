@@ -1,9 +1,9 @@
 """attn_prefill: causal grouped-query attention for prefill chunks, tiled, online softmax.
 
-Same args, dims, math and reference as attn_decode:
-args ("q", "kc", "vc", "out", "pos", "seq", "n"), dims ("H", "Hkv", "D", "Dv", "C", "kv",
-"scale"); token i attends to positions 0..pos[i] of cache slot seq[i] (its own k/v included:
-store_kv runs first).
+Same args, dims, cache layouts (paged or contiguous), math and reference as attn_decode:
+args ("q", "kc", "vc", "out", "pos", "seq", "bt", "n"), dims ("H", "Hkv", "D", "Dv", "C", "BS",
+"kv", "scale"); token i attends to positions 0..pos[i] of cache slot seq[i] (its own k/v
+included: store_kv runs first). Paged, the key tile bk must divide BS (`fits`).
 
 Tiling: a tile is rb consecutive batch tokens of one sequence at consecutive positions x the G
 query heads of one kv head (M = rb*G rows) against key tiles of bk keys; the rows live in vector
@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 
-from .attn_decode import make_attention_case, reference, tolerance
+from .attn_decode import case_reference, key_block_fits, make_attention_case, tolerance
 from .base import Op, Variant
 
 
@@ -45,30 +45,29 @@ def _case(spec, rng, n):
     return make_attention_case(OP, spec, rng, n, positions=pos, seq_ids=seq)
 
 
-def _reference(spec, case):
-    b = case.buffers
-    return {"out": reference(b["q"], b["kc"], b["vc"], b["pos"], b["seq"], spec.p["scale"])}
-
-
 SIMD = "tuned: FMA micro-tiles sized to the register file, vcvtph2ps, exp with vscalefps"
 
 OP = Op(
     name="attn_prefill",
-    args=("q", "kc", "vc", "out", "pos", "seq", "n"),
-    dims=("H", "Hkv", "D", "Dv", "C", "kv", "scale"),
+    args=("q", "kc", "vc", "out", "pos", "seq", "bt", "n"),
+    dims=("H", "Hkv", "D", "Dv", "C", "BS", "kv", "scale"),
     variants=(
         Variant("generic", "generic", ("F32",), ({"vl": 4, "rb": 8, "bk": 16, "nmv": 2},
                                                  {"vl": 4, "rb": 4, "bk": 32, "nmv": 2}),
                 "portable: 4-row vectors, 4x2 micro-tiles"),
         Variant("simd", "avx2", ("F32",), ({"vl": 8, "rb": 8, "bk": 32, "nmv": 2},
-                                           {"vl": 8, "rb": 16, "bk": 32, "nmv": 2}), SIMD),
+                                           {"vl": 8, "rb": 16, "bk": 32, "nmv": 2},
+                                           {"vl": 8, "rb": 16, "bk": 16, "nmv": 2}), SIMD),
         Variant("simd", "avx512", ("F32",), ({"vl": 16, "rb": 16, "bk": 32, "nmv": 4},
-                                             {"vl": 16, "rb": 32, "bk": 32, "nmv": 4}), SIMD),
+                                             {"vl": 16, "rb": 32, "bk": 32, "nmv": 4},
+                                             {"vl": 16, "rb": 32, "bk": 16, "nmv": 4}), SIMD),
     ),
     make_case=_case,
-    reference=_reference,
+    reference=case_reference,
     tolerance=tolerance,
-    example_dims={"H": 14, "Hkv": 2, "D": 64, "Dv": 64, "C": 4096, "kv": "f32",
+    example_dims={"H": 14, "Hkv": 2, "D": 64, "Dv": 64, "C": 4096, "BS": 32, "kv": "f32",
                   "scale": 1 / math.sqrt(64)},
-    doc="prefill attention: causal, tiled (rb tokens x G heads vs bk keys), GQA, online softmax",
+    doc="prefill attention: causal, tiled (rb tokens x G heads vs bk keys), GQA, online "
+        "softmax, paged or contiguous cache",
+    fits=key_block_fits,
 )

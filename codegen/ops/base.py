@@ -45,13 +45,19 @@ class Op:
     tolerance: Callable[[str], tuple[float, float]] = lambda dtype: (1e-5, 1e-5)  # (rtol, atol)
     example_dims: dict = field(default_factory=dict)   # dims for --dump/--list when none given
     doc: str = ""
+    # whether a tile can serve these dims (e.g. an attention key tile must divide the KV block)
+    fits: Callable[[dict, dict], bool] = lambda tile, dims: True
+
+    def tiles(self, variant: Variant, dims: dict) -> list[dict]:
+        """The tiles of `variant` that can serve `dims`."""
+        return [t for t in variant.tiles if self.fits(t, dims)]
 
     def specs(self, dtype: str, isa: ISA, **dims: Any) -> list[KernelSpec]:
         """Every variant x tile configuration of this op for `dtype` that `isa` can run."""
         out = []
         for v in self.variants:
             if dtype in v.dtypes and v.usable(isa):
-                for tile in v.tiles:
+                for tile in self.tiles(v, dims):
                     out.append(KernelSpec.make(self.name, dtype, v.family, isa.level, **tile, **dims))
         return out
 

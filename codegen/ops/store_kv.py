@@ -1,11 +1,13 @@
 """store_kv: write the keys and values of a batch into one layer's KV cache.
 
-args ("k", "v", "kc", "vc", "pos", "seq", "n"): k f32 [n, Hkv, D], v f32 [n, Hkv, Dv]; kc, vc
-the layer's cache arrays (reame.kv_cache.KVCache.k[layer] / .v[layer]), [max_seqs, Hkv, C, D]
-and [max_seqs, Hkv, C, Dv] of f32 or f16; pos, seq i32 [n]. Token i's rows go to
-(seq[i], :, pos[i], :). dims ("Hkv", "D", "Dv", "C", "kv"), kv = "f32" | "f16".
-f16 conversion rounds to nearest even and is bit-exact with numpy's astype(float16), including
-overflow to inf and denormals (NaN becomes a quiet NaN with its sign).
+args ("k", "v", "kc", "vc", "pos", "seq", "bt", "n"): k f32 [n, Hkv, D], v f32 [n, Hkv, Dv];
+kc, vc the layer's cache arrays (f32 or f16) in one of the layouts of ops/kv_layout.py: paged
+(dim BS > 0: a pool [blocks, Hkv, BS, D] / [blocks, Hkv, BS, Dv] and bt i32 [slots, C / BS],
+reame.kv_cache.PagedKVCache) or contiguous (BS = 0: [slots, Hkv, C, D], bt unused); pos, seq i32
+[n]. Token i's rows go to position pos[i] of slot seq[i]: row pos % BS of block
+bt[seq, pos / BS] (paged) or (seq, :, pos, :). dims ("Hkv", "D", "Dv", "C", "BS", "kv"),
+kv = "f32" | "f16". f16 conversion rounds to nearest even and is bit-exact with numpy's
+astype(float16), including overflow to inf and denormals (NaN becomes a quiet NaN with its sign).
 Threading: the n*Hkv (token, head) rows are split between threads.
 Tolerance: exact.
 """
@@ -15,48 +17,47 @@ from __future__ import annotations
 import numpy as np
 
 from .base import Case, Op, Variant
-
-KV_DTYPES = {"f32": np.float32, "f16": np.float16}
+from .kv_layout import cells, random_cache
 
 
 def _case(spec, rng, n):
-    Hkv, D, Dv, C, kv = (spec.p[k] for k in ("Hkv", "D", "Dv", "C", "kv"))
+    Hkv, D, Dv, C, BS, kv = (spec.p[k] for k in ("Hkv", "D", "Dv", "C", "BS", "kv"))
     seqs = 3
     if n > seqs * C:
         raise ValueError("more tokens than cache rows")
-    cells = rng.choice(seqs * C, n, replace=False)       # distinct (seq, pos) per token
-    seq, pos = (cells // C).astype(np.int32), (cells % C).astype(np.int32)
+    where = rng.choice(seqs * C, n, replace=False)       # distinct (seq, pos) per token
+    seq, pos = (where // C).astype(np.int32), (where % C).astype(np.int32)
     k = (rng.standard_normal((n, Hkv, D)) * 2).astype(np.float32)
     v = (rng.standard_normal((n, Hkv, Dv)) * 2).astype(np.float32)
     if k.size > 4:
         k.reshape(-1)[:4] = [65519.0, 6.1e-6, -3e-8, 1.00048828125]   # ties, denormal, -0
-    dt = KV_DTYPES[kv]
-    kc = rng.standard_normal((seqs, Hkv, C, D)).astype(dt)
-    vc = rng.standard_normal((seqs, Hkv, C, Dv)).astype(dt)
+    kc, vc, bt = random_cache(rng, seqs, Hkv, C, D, Dv, BS, kv, share=False)
     bufs = {"k": k, "v": v, "kc": kc, "vc": vc, "kc_in": kc.copy(), "vc_in": vc.copy(),
-            "pos": pos, "seq": seq}
+            "pos": pos, "seq": seq, "bt": bt}
     return Case(bufs, OP.pack(bufs, n=n), ("kc", "vc"))
 
 
-def reference(kc, vc, k, v, pos, seq):
+def reference(kc, vc, k, v, pos, seq, bt=None, BS=0):
     kc, vc = kc.copy(), vc.copy()
+    where, row = cells(bt, BS, seq, pos)
     with np.errstate(over="ignore"):
-        kc[seq, :, pos] = k.astype(kc.dtype)
-        vc[seq, :, pos] = v.astype(vc.dtype)
+        kc[where, :, row] = k.astype(kc.dtype)
+        vc[where, :, row] = v.astype(vc.dtype)
     return kc, vc
 
 
 def _reference(spec, case):
     b = case.buffers
-    kc, vc = reference(b["kc_in"], b["vc_in"], b["k"], b["v"], b["pos"], b["seq"])
+    kc, vc = reference(b["kc_in"], b["vc_in"], b["k"], b["v"], b["pos"], b["seq"], b["bt"],
+                       spec.p["BS"])
     with np.errstate(invalid="ignore"):
         return {"kc": kc.astype(np.float64), "vc": vc.astype(np.float64)}
 
 
 OP = Op(
     name="store_kv",
-    args=("k", "v", "kc", "vc", "pos", "seq", "n"),
-    dims=("Hkv", "D", "Dv", "C", "kv"),
+    args=("k", "v", "kc", "vc", "pos", "seq", "bt", "n"),
+    dims=("Hkv", "D", "Dv", "C", "BS", "kv"),
     variants=(
         Variant("generic", "generic", ("F32",), ({"vl": 4},),
                 "portable: integer f32->f16 rounding"),
@@ -66,6 +67,6 @@ OP = Op(
     make_case=_case,
     reference=_reference,
     tolerance=lambda dtype: (0.0, 1e-30),       # exact (atol > 0 only to avoid 0/0)
-    example_dims={"Hkv": 2, "D": 64, "Dv": 64, "C": 4096, "kv": "f16"},
-    doc="write n tokens' k/v rows into the KV cache at (seq, pos), f32 or f16",
+    example_dims={"Hkv": 2, "D": 64, "Dv": 64, "C": 4096, "BS": 32, "kv": "f16"},
+    doc="write n tokens' k/v rows into the KV cache at (seq, pos): paged or contiguous, f32/f16",
 )

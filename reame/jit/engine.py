@@ -19,7 +19,7 @@ from ..codegen import panel_layout, q8a, q8k, registry
 from ..codegen.isa import detect
 from ..codegen.runtime import NativePool
 from ..dispatch import DispatchTable
-from ..kv_cache import KVCache
+from ..kv_cache import DEFAULT_BLOCK_SIZE, PagedKVCache
 from ..model import Model
 from ..reference import rope_angles
 from .program import M, N, ProgramBuilder, StepProgram
@@ -44,15 +44,18 @@ class JITEngine:
     def __init__(self, model: Model, n_ctx: int, max_seqs: int = 4, kv_dtype: str = "f32",
                  threads: int | None = None, max_batch_tokens: int = MAX_BATCH_TOKENS,
                  isa=None, int_dot: bool = True, max_logits: int | None = None,
-                 q8k_min_tokens: int | None = Q8K_MIN_TOKENS):
+                 q8k_min_tokens: int | None = Q8K_MIN_TOKENS,
+                 block_size: int = DEFAULT_BLOCK_SIZE, kv_blocks: int | None = None):
         self.model, self.config = model, model.config
         c = self.config
-        self.n_ctx = n_ctx
         self.isa = isa or detect()
         self.max_tokens = max(max_batch_tokens, max_seqs)
         self.max_logits = max_logits or max(max_seqs, 16)   # logits rows one step can return
-        self.kv = KVCache(c.n_layer, max_seqs, c.n_head_kv, n_ctx, c.head_dim, c.head_dim_v,
-                          kv_dtype)
+        # a pool of kv_blocks blocks (default: a whole context per slot) and the block tables
+        # the attention kernels read through
+        self.kv = PagedKVCache(c.n_layer, max_seqs, c.n_head_kv, n_ctx, c.head_dim, c.head_dim_v,
+                               kv_dtype, block_size, kv_blocks)
+        self.n_ctx = self.kv.n_ctx
         self.kv_dtype = kv_dtype
         self.max_seqs = max_seqs
         self.int_dot = int_dot     # quantised weights x Q8A activations (False: f32 activations)
@@ -159,7 +162,9 @@ class JITEngine:
             return choose(op, "F32", isa, bucket, **dims)
 
         hd, hdv, H, Hkv = c.head_dim, c.head_dim_v, c.n_head, c.n_head_kv
-        attn_dims = dict(H=H, Hkv=Hkv, D=hd, Dv=hdv, C=self.n_ctx, kv=self.kv_dtype,
+        BS = self.kv.block_size
+        C = self.kv.table_ctx
+        attn_dims = dict(H=H, Hkv=Hkv, D=hd, Dv=hdv, C=C, BS=BS, kv=self.kv_dtype,
                          scale=float(1.0 / np.sqrt(hd)))
         attn_op = ("attn_prefill" if bucket > BUCKETS[-1] and _has_op("attn_prefill")
                    else "attn_decode")
@@ -196,13 +201,13 @@ class JITEngine:
                  cs=self.rope_cs, n=N, barrier=False)
             P.op(b + "rope_k", spec("rope", H=Hkv, **rope), x=self.k, pos=self.pos,
                  cs=self.rope_cs, n=N)
-            kc, vc = self.kv.k[il], self.kv.v[il]
-            P.op(b + "store_kv", spec("store_kv", Hkv=Hkv, D=hd, Dv=hdv, C=self.n_ctx,
+            kc, vc, bt = self.kv.k[il], self.kv.v[il], self.kv.tables
+            P.op(b + "store_kv", spec("store_kv", Hkv=Hkv, D=hd, Dv=hdv, C=C, BS=BS,
                                       kv=self.kv_dtype),
-                 k=self.k, v=self.v, kc=kc, vc=vc, pos=self.pos, seq=self.seq, n=N)
-            # ---- attention over each token's prefix; x += att Wo
+                 k=self.k, v=self.v, kc=kc, vc=vc, pos=self.pos, seq=self.seq, bt=bt, n=N)
+            # ---- attention over each token's prefix (through the block table); x += att Wo
             P.op(b + "attn", spec(attn_op, **attn_dims), q=self.q, kc=kc, vc=vc,
-                 out=self.att, pos=self.pos, seq=self.seq, n=N)
+                 out=self.att, pos=self.pos, seq=self.seq, bt=bt, n=N)
             linear(b + "attn_output.weight", self.att, "att", self.x, N, fresh, acc=1)
             # ---- feed-forward: x += (silu(h Wg) * (h Wu)) Wd, h = RMSNorm(x)
             P.op(b + "ffn_norm", spec("rms_norm", K=c.n_embd, eps=c.rms_eps),

@@ -36,7 +36,8 @@ def choose(op_name: str, dtype: str, isa: ISA, n_tokens: int, **dims) -> KernelS
     """The starting spec of an op site in a program for steps of up to `n_tokens` tokens: the
     most specific family, then the tile that needs the fewest passes over the weights for
     n_tokens (fewer weight rows per iteration and smaller tiles breaking ties: one row stream
-    per thread reaches the bandwidth ceiling in decode)."""
+    per thread reaches the bandwidth ceiling in decode; then the order the variant lists its
+    tiles in)."""
     op = registry.get_op(op_name)
     best = None
     for v in op.variants:
@@ -49,7 +50,9 @@ def choose(op_name: str, dtype: str, isa: ISA, n_tokens: int, **dims) -> KernelS
             best[1].append(v)
     if best is None:
         raise ValueError(f"no {op_name} kernel for {dtype} at level {isa.level}")
-    cands = [(v, t) for v in best[1] for t in v.tiles]
+    cands = [(v, t) for v in best[1] for t in op.tiles(v, dims)]
+    if not cands:
+        raise ValueError(f"no {op_name} tile at level {isa.level} fits {dims}")
     if op_name == "matmul" and len(best[1]) > 1:
         # register-tiled GEMM for prompt chunks, the streaming family for decode
         want_gemm = n_tokens > GEMM_MIN_TOKENS
@@ -75,7 +78,8 @@ def choose(op_name: str, dtype: str, isa: ISA, n_tokens: int, **dims) -> KernelS
         # fewest weight passes, fewest rows, fewest tokens per pass, then the tile that
         # prefetches nearest (pf = locality hint of the panels' next-panel prefetch)
         return (-(-n_tokens // tpp), tile.get("rows", 1), tpp,
-                -tile.get("pf", 0) if vt[0].family == "panel" else 0, sorted(tile.items()))
+                -tile.get("pf", 0) if vt[0].family == "panel" else 0, vt[0].tiles.index(tile),
+                sorted(tile.items()))
     v, tile = min(cands, key=cost)
     return KernelSpec.make(op_name, dtype, v.family, isa.level, **tile, **dims)
 

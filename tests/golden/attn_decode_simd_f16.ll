@@ -1,10 +1,13 @@
-; golden: attn_decode_simd_f16: attn_decode/F32/simd@avx2[C=4096,D=64,Dv=64,H=14,Hkv=2,kb=2,kv=f16,pf=1,scale=0.125,vl=8]
-; symbol: reame_attn_decode_F32_simd_avx2_be25c10d685f
+; golden: attn_decode_simd_f16: attn_decode/F32/simd@avx2[BS=32,C=4096,D=64,Dv=64,H=14,Hkv=2,kb=2,kv=f16,pf=1,scale=0.125,vl=8]
+; symbol: reame_attn_decode_F32_simd_avx2_b35bc34414e0
 ; attn_decode: grouped-query attention of each token over its own KV-cache prefix, with an
 ; online softmax (one pass over the keys, running max and sum): memory is O(G * Dv).
-; args: [0] q: f32 [n, H, D]   [1] kc: f16 [max_seqs, Hkv, C, D]   [2] vc: f16 [max_seqs, Hkv, C, Dv]
-;       [3] out: f32 [n, H, Dv]   [4] pos: i32 [n]   [5] seq: i32 [n]   [6] n: tokens
+; args: [0] q: f32 [n, H, D]   [1] kc   [2] vc   [3] out: f32 [n, H, Dv]   [4] pos: i32 [n]
+;       [5] seq: i32 [n]   [6] bt: i32 [slots, C / BS] (paged)   [7] n: tokens
 ; out[i, h] = softmax(scale * q[i, h] . k[seq[i], h / G, 0..pos[i]]) @ v[seq[i], h / G, 0..pos[i]]
+; Cache layout (codegen/ops/kv_layout.py): paged when BS > 0, kc f16 [blocks, Hkv, BS, D]
+; (vc likewise with Dv), key t of slot s in row t % BS of block bt[s, t / BS]; contiguous when
+; BS = 0, kc [slots, Hkv, C, D].
 ;
 ; Work unit = (token i, kv head hk): the G = H / Hkv query heads sharing hk read its keys once.
 ; Units are split between threads in contiguous ranges of equal estimated cost (pos[i] + 1 + 32
@@ -13,15 +16,17 @@
 ; vectors of vl keys (a transposing add tree turns vl per-key partial dot products into one
 ; vector of vl scores), then one online-softmax update per block and head:
 ;   m' = max(m, max(s)),  l' = l e^(m - m') + sum e^(s - m'),  acc' = acc e^(m - m') + e^(s - m') V.
-; The last block is moved back to end at key T - 1 (its keys already seen are masked out), so a
-; block never reads past the prefix; when the prefix is shorter than a block (or the cache is
-; f16) the block's rows are first copied (converted to f32) into a stack buffer, clamped to T - 1.
-; H = 14, Hkv = 2, D = 64, Dv = 64, C = 4096, scale = 0.125.
+; A block never reads past the prefix. Contiguous: the last block is moved back to end at key
+; T - 1 (its keys already seen are masked out), and when the prefix is shorter than a block the
+; block's rows are first copied into a stack buffer, clamped to T - 1. Paged: blocks are aligned
+; (BK divides BS, so a block lies in one KV block) and a partial last block is copied, clamped.
+; An f16 cache is always copied (converted to f32).
+; H = 14, Hkv = 2, D = 64, Dv = 64, C = 4096, BS = 32, scale = 0.125.
 ; Portable family (KIND "generic": integer f16 conversion, no FMA assumed); attn_decode_simd
 ; renders this body with KIND avx2/avx512 (vcvtph2ps, FMA, exp with vscalefps).
 
 
-define void @reame_attn_decode_F32_simd_avx2_be25c10d685f(ptr noalias nocapture readonly %args, i32 %ith, i32 %nth) {
+define void @reame_attn_decode_F32_simd_avx2_b35bc34414e0(ptr noalias nocapture readonly %args, i32 %ith, i32 %nth) {
 entry:
   %arg.q = getelementptr i64, ptr %args, i64 0
   %q = load ptr, ptr %arg.q, align 8
@@ -35,7 +40,9 @@ entry:
   %pos = load ptr, ptr %arg.pos, align 8
   %arg.seq = getelementptr i64, ptr %args, i64 5
   %seq = load ptr, ptr %arg.seq, align 8
-  %arg.n = getelementptr i64, ptr %args, i64 6
+  %arg.bt = getelementptr i64, ptr %args, i64 6
+  %bt = load ptr, ptr %arg.bt, align 8
+  %arg.n = getelementptr i64, ptr %args, i64 7
   %n = load i64, ptr %arg.n, align 8
 
   %qs = alloca float, i64 448, align 64          ; q * scale of the unit's G heads
@@ -90,13 +97,8 @@ work:
   %sqp = getelementptr i32, ptr %seq, i64 %i
   %sq = load i32, ptr %sqp, align 4
   %sq64 = sext i32 %sq to i64
-  %crow0 = mul i64 %sq64, 2
-  %crow1 = add i64 %crow0, %hk
-  %crow = mul i64 %crow1, 4096                 ; cache row of (seq, hk, position 0)
-  %koff = mul i64 %crow, 64
-  %kbase = getelementptr i16, ptr %kc, i64 %koff
-  %voff = mul i64 %crow, 64
-  %vbase = getelementptr i16, ptr %vc, i64 %voff
+  %btoff = mul i64 %sq64, 128
+  %btrow = getelementptr i32, ptr %bt, i64 %btoff  ; the sequence's block table row
   %h0 = mul i64 %hk, 7
   %qrow0 = mul i64 %i, 14
   %qrow = add i64 %qrow0, %h0                     ; q / out row of the first query head
@@ -178,36 +180,39 @@ init:                                             ; per query head: q * scale, s
 blocks:
   %nb0 = add i64 %T, 15
   %nblk = udiv i64 %nb0, 16
-  %tlast0 = sub i64 %T, 16
-  %tlastneg = icmp slt i64 %tlast0, 0
-  %tlast = select i1 %tlastneg, i64 0, i64 %tlast0
   %Tm1 = sub i64 %T, 1
   %Tv0 = insertelement <8 x i32> poison, i32 %T32, i64 0
   %Tv = shufflevector <8 x i32> %Tv0, <8 x i32> poison, <8 x i32> zeroinitializer
-  %staged = icmp eq i64 0, 0
   br label %blk
 
 blk:                                              ; block b: keys ts .. ts + BK - 1
   %b = phi i64 [ 0, %blocks ], [ %bn, %blk.next ]
   %t0 = mul i64 %b, 16
-  %tsc = icmp ult i64 %t0, %tlast
-  %ts = select i1 %tsc, i64 %t0, i64 %tlast       ; the last block ends at key T - 1
-  br i1 %staged, label %stage, label %direct
+  %ts = add i64 %t0, 0                            ; aligned: the block lies in one KV block
+  %pgi = udiv i64 %t0, 32
+  %pgp = getelementptr i32, ptr %btrow, i64 %pgi
+  %pg32 = load i32, ptr %pgp, align 4
+  %pg = sext i32 %pg32 to i64
+  %pgr0 = mul i64 %pg, 2
+  %pgr1 = add i64 %pgr0, %hk
+  %pgr2 = mul i64 %pgr1, 32
+  %pgin = urem i64 %t0, 32
+  %pgrow = add i64 %pgr2, %pgin                   ; pool row of key t0
+  %kb0o = mul i64 %pgrow, 64
+  %kb0 = getelementptr i16, ptr %kc, i64 %kb0o
+  %vb0o = mul i64 %pgrow, 64
+  %vb0 = getelementptr i16, ptr %vc, i64 %vb0o
+  %tend = add i64 %t0, 16
+  %staged = icmp eq i64 0, 0
+  %slim = sub i64 %Tm1, %ts                       ; rows past this one repeat it
+  br i1 %staged, label %stage, label %body
 
-direct:
-  %dko = mul i64 %ts, 64
-  %dk = getelementptr float, ptr %kbase, i64 %dko
-  %dvo = mul i64 %ts, 64
-  %dv = getelementptr float, ptr %vbase, i64 %dvo
-  br label %body
-
-stage:                                            ; copy (f16: convert) rows min(ts + j, T - 1)
+stage:                                            ; copy (f16: convert) rows ts + min(j, T - 1 - ts)
   %sj = phi i64 [ 0, %blk ], [ %sjn, %stage ]
-  %st0 = add i64 %ts, %sj
-  %stc = icmp ult i64 %st0, %Tm1
-  %st = select i1 %stc, i64 %st0, i64 %Tm1
+  %stc = icmp ult i64 %sj, %slim
+  %st = select i1 %stc, i64 %sj, i64 %slim
   %skso = mul i64 %st, 64
-  %sksrc = getelementptr i16, ptr %kbase, i64 %skso
+  %sksrc = getelementptr i16, ptr %kb0, i64 %skso
   %skdo = mul i64 %sj, 64
   %skdst = getelementptr float, ptr %kst, i64 %skdo
 
@@ -268,7 +273,7 @@ stage:                                            ; copy (f16: convert) rows min
   %sk7d = getelementptr float, ptr %skdst, i64 56
   store <8 x float> %sk7f, ptr %sk7d, align 4
   %svso = mul i64 %st, 64
-  %svsrc = getelementptr i16, ptr %vbase, i64 %svso
+  %svsrc = getelementptr i16, ptr %vb0, i64 %svso
   %svdo = mul i64 %sj, 64
   %svdst = getelementptr float, ptr %vst, i64 %svdo
 
@@ -333,8 +338,8 @@ stage:                                            ; copy (f16: convert) rows min
   br i1 %sjm, label %stage, label %body
 
 body:
-  %kblk = phi ptr [ %dk, %direct ], [ %kst, %stage ]
-  %vblk = phi ptr [ %dv, %direct ], [ %vst, %stage ]
+  %kblk = phi ptr [ %kb0, %blk ], [ %kst, %stage ]
+  %vblk = phi ptr [ %vb0, %blk ], [ %vst, %stage ]
   %ts32 = trunc i64 %ts to i32
   %t032 = trunc i64 %t0 to i32
   %tsv0 = insertelement <8 x i32> poison, i32 %ts32, i64 0
@@ -350,8 +355,19 @@ body:
   %vhi1 = icmp slt <8 x i32> %idx1, %Tv
   %valid1 = and <8 x i1> %vlo1, %vhi1
   %pft = add i64 %ts, 16                    ; prefetch the next block's rows
-  %pfko = mul i64 %pft, 64
-  %pfkb = getelementptr i16, ptr %kbase, i64 %pfko
+  %pftc = icmp ult i64 %pft, %Tm1
+  %pftl = select i1 %pftc, i64 %pft, i64 %Tm1     ; (the table holds no block past T - 1)
+  %pfgi = udiv i64 %pftl, 32
+  %pfgp = getelementptr i32, ptr %btrow, i64 %pfgi
+  %pfg32 = load i32, ptr %pfgp, align 4
+  %pfg = sext i32 %pfg32 to i64
+  %pfr0 = mul i64 %pfg, 2
+  %pfr1 = add i64 %pfr0, %hk
+  %pfr2 = mul i64 %pfr1, 32
+  %pfin = urem i64 %pftl, 32
+  %pfrow = add i64 %pfr2, %pfin
+  %pfko = mul i64 %pfrow, 64
+  %pfkb = getelementptr i16, ptr %kc, i64 %pfko
   br label %pfk
 
 pfk:
@@ -373,8 +389,8 @@ pfk:
   br i1 %pfkm, label %pfk, label %pfk.end
 
 pfk.end:
-  %pfvo = mul i64 %pft, 64
-  %pfvb = getelementptr i16, ptr %vbase, i64 %pfvo
+  %pfvo = mul i64 %pfrow, 64
+  %pfvb = getelementptr i16, ptr %vc, i64 %pfvo
   br label %pfv
 
 pfv:

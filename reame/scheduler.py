@@ -1,17 +1,17 @@
 """The engine thread: many requests, one forward step at a time.
 
 HTTP threads `submit()` a `Request` (one or more prompts, each with the `Generation`s sampling
-from it) into a bounded FIFO queue and read `Event`s from the request's own output queue. One
-engine thread per process owns the engine and its KV cache. Each step it:
+from it) and read `Event`s from the request's own output queue. One engine thread per process
+owns the engine, its KV pool and the `Planner` (reame/planner.py). Each step it:
 
-1. drops cancelled and timed-out requests (their KV slots are free again at this boundary),
-2. admits waiting prompt groups, oldest first, while the KV cache has a slot for each of their
-   sequences (a group of n sequences is admitted whole: its prompt is prefilled once, into the
-   first slot, then copied to the others),
-3. builds ONE `Batch`: a decode token for every running sequence and prefill chunks of newly
-   admitted prompts (at most `prefill_chunk` tokens per step in all),
-4. calls `engine.forward` once and hands each logits row to its `Generation`(s),
-5. pushes each `Step` to its request's output queue and frees the slot of every finished sequence.
+1. takes in newly submitted prompts and drops cancelled and timed-out requests (their blocks are
+   released at this boundary),
+2. asks the planner for a `StepPlan`: a decode token for every running sequence, prompt chunks
+   within the step's token budget, preemption when the KV pool runs out, admission of waiting
+   prompts (with their cached prefix) that fit,
+3. calls `engine.forward` once on the plan's batch,
+4. lets the planner apply the logits (sample, fork the `n` choices, free finished sequences),
+5. pushes each sampled `Step` to its request's output queue.
 
 Nothing here knows about HTTP; the server maps `QueueFull`, `RequestTimeout` and `EngineFailure`
 to status codes.
@@ -23,12 +23,13 @@ import logging
 import queue
 import threading
 import time
-from collections import deque
-from dataclasses import dataclass
 from typing import Iterator
 
-from .batch import Batch
-from .generate import PREFILL_CHUNK, Generation, Step
+from dataclasses import dataclass
+
+from .generate import Generation, Step
+from .planner import DONE as SEQ_DONE
+from .planner import Planner, SchedulerParams, Seq
 
 log = logging.getLogger("reame.scheduler")
 
@@ -68,28 +69,6 @@ DONE = None                     # sentinel: the request has no more events
 _EMPTY = object()               # no event within a poll interval
 
 
-class _Seq:
-    __slots__ = ("index", "gen", "slot", "done")
-
-    def __init__(self, index: int, gen: Generation):
-        self.index, self.gen, self.slot, self.done = index, gen, -1, False
-
-
-class _Group:
-    """One prompt and the sequences sampling from it."""
-
-    def __init__(self, request: "Request", prompt_ids: list[int], seqs: list[_Seq]):
-        self.request, self.prompt_ids, self.seqs = request, list(prompt_ids), seqs
-        self.n_prefilled = 0        # prompt tokens already in the first slot's KV cache
-
-    @property
-    def prefilling(self) -> bool:
-        return self.n_prefilled < len(self.prompt_ids)
-
-    def live(self) -> list[_Seq]:
-        return [s for s in self.seqs if not s.done]
-
-
 class Request:
     """What an HTTP thread holds: its output queue and a way to cancel."""
 
@@ -98,12 +77,19 @@ class Request:
         self.t_submit = time.monotonic()
         self.deadline = self.t_submit + timeout if timeout else None
         self.out: queue.SimpleQueue = queue.SimpleQueue()
-        self.groups: list[_Group] = []
+        self.seqs: list[Seq] = []       # every choice, by flat index
+        self.leads: list[Seq] = []      # one per prompt: it computes the prompt, then forks
+        self.admitted = False           # its first prompt got KV blocks
         self.cancelled = False
-        self.finished = False       # set by the engine thread when DONE is queued
+        self.finished = False           # set by the engine thread when DONE is queued
+
+    @property
+    def cached_tokens(self) -> int:
+        """Prompt tokens whose K/V came from the prefix cache (once per prompt)."""
+        return sum(s.n_cached or 0 for s in self.leads)
 
     def cancel(self) -> None:
-        """Stop generating; the KV slots are freed at the next step boundary."""
+        """Stop generating; the KV blocks are released at the next step boundary."""
         if not self.cancelled and not self.finished:
             self.cancelled = True
             self._scheduler._wake()
@@ -134,21 +120,40 @@ class Request:
             yield ev
 
 
+def default_params(engine, **overrides) -> SchedulerParams:
+    """Parameters that fit the engine: a batch of all its KV slots, its step size."""
+    steps = getattr(engine, "max_tokens", 512)
+    p = SchedulerParams(max_batch=engine.kv.max_seqs, token_budget=min(512, steps),
+                        prefill_chunk=min(512, steps))
+    for k, v in overrides.items():
+        if v is not None:
+            setattr(p, k, v)
+    return p
+
+
 class Scheduler:
-    def __init__(self, engine, queue_size: int = 32, prefill_chunk: int = PREFILL_CHUNK):
+    def __init__(self, engine, params: SchedulerParams | None = None, *,
+                 queue_size: int | None = None, prefill_chunk: int | None = None,
+                 salt: bytes = b""):
         self.engine = engine
-        self.queue_size = queue_size
-        self.prefill_chunk = prefill_chunk
-        self.max_seqs = engine.kv.max_seqs
-        self._can_copy_prefix = callable(getattr(engine.kv, "copy_prefix", None))
+        self.params = params or default_params(engine, max_waiting=queue_size,
+                                               prefill_chunk=prefill_chunk)
+        self.params.check(getattr(engine, "max_tokens", self.params.token_budget),
+                          engine.kv.max_seqs)
+        self.planner = Planner(engine.kv, self.params, salt)
         self._cond = threading.Condition()
-        self._pending: deque[_Group] = deque()      # waiting groups, FIFO (guarded by _cond)
-        self._running: list[_Group] = []            # engine thread only
-        self._n_free = self.max_seqs                # free KV slots (engine thread only)
-        self._in_system = 0                         # sequences submitted, not yet ended (_cond)
+        self._inbox: list[Request] = []             # submitted, not yet seen (guarded by _cond)
+        self._n_waiting = 0                         # sequences never admitted yet (_cond)
+        self._queued: dict[int, int] = {}           # id(lead) -> sequences it counts there
+        self._requests: dict[int, Request] = {}     # engine thread: requests in the planner
         self._stop = False
+        self._started = False
         self._thread: threading.Thread | None = None
         self.steps = 0                              # forward calls so far
+
+    @property
+    def max_seqs(self) -> int:
+        return self.params.max_batch
 
     # ---- called from HTTP threads ----
 
@@ -156,50 +161,51 @@ class Scheduler:
                timeout: float | None = None) -> Request:
         """Queue one request: prompt i is sampled by generations[i] (flat choice indices in order).
 
-        Capacity is counted in sequences: `max_seqs` generating plus `queue_size` waiting. A
-        request that would go beyond raises QueueFull (unless the scheduler is empty: a request
-        larger than the capacity is still served, group by group). ValueError when one prompt
-        group has more sequences than the KV cache has slots.
+        QueueFull when the sequences waiting for admission would exceed `max_waiting` (an idle
+        scheduler takes any request). ValueError when one prompt has more choices than the
+        batch holds.
         """
         req = Request(self, timeout)
         index = 0
         for prompt, gens in zip(prompts, generations, strict=True):
             if not prompt:
                 raise ValueError("empty prompt")
-            if len(gens) > self.max_seqs:
-                raise ValueError(f"{len(gens)} sequences for one prompt; the KV cache holds "
-                                 f"{self.max_seqs}")
-            seqs = [_Seq(index + i, g) for i, g in enumerate(gens)]
+            if len(gens) > self.params.max_batch:
+                raise ValueError(f"{len(gens)} sequences for one prompt; at most "
+                                 f"{self.params.max_batch} run at once")
+            seqs = [Seq(prompt, g, req, index + i) for i, g in enumerate(gens)]
             index += len(gens)
-            if len(seqs) > 1 and not self._can_copy_prefix:     # prefill each one separately
-                req.groups += [_Group(req, prompt, [s]) for s in seqs]
-            else:
-                req.groups.append(_Group(req, prompt, seqs))
+            seqs[0].siblings = seqs[1:]
+            req.seqs += seqs
+            req.leads.append(seqs[0])
         with self._cond:
-            if self._stop or not self.alive:
+            if self._stop or (self._started and not self.alive):
                 raise SchedulerStopped("the engine is not running")
-            n_new = index
-            if self._in_system and self._in_system + n_new > self.max_seqs + self.queue_size:
-                raise QueueFull(f"{self._in_system} sequences are running or waiting")
-            self._in_system += n_new
-            self._pending.extend(req.groups)
+            busy = self._n_waiting or self._requests or self._inbox
+            if busy and self._n_waiting + index > self.params.max_waiting:
+                raise QueueFull(f"{self._n_waiting} sequences are waiting")
+            self._n_waiting += index
+            for lead in req.leads:
+                self._queued[id(lead)] = 1 + len(lead.siblings)
+            self._inbox.append(req)
             self._cond.notify()
         return req
 
     @property
     def queue_depth(self) -> int:
-        """Requests waiting for a KV slot."""
+        """Requests waiting for their first admission."""
         with self._cond:
-            return len({id(g.request) for g in self._pending})
+            return len(self._inbox) + sum(1 for r in list(self._requests.values())
+                                          if not r.admitted)
 
     @property
     def running(self) -> int:
-        """Requests holding KV slots."""
-        return len({id(g.request) for g in list(self._running)})
+        """Requests with a sequence holding KV blocks."""
+        return len({id(s.owner) for s in list(self.planner.running)})
 
     @property
     def running_seqs(self) -> int:
-        return self.max_seqs - self._n_free
+        return self.planner.n_running
 
     @property
     def alive(self) -> bool:
@@ -210,6 +216,7 @@ class Scheduler:
     def start(self) -> "Scheduler":
         if not self.alive:
             self._stop = False
+            self._started = True
             self._thread = threading.Thread(target=self._loop, name="reame-engine", daemon=True)
             self._thread.start()
         return self
@@ -234,19 +241,15 @@ class Scheduler:
                 with self._cond:
                     if self._stop:
                         break
-                    now = time.monotonic()
-                    self._expire_pending(now)
-                    self._admit()
-                    if not self._running:
-                        self._cond.wait(timeout=self._idle_wait(now))
+                    self._take_inbox()
+                    if not self._requests:
+                        self._cond.wait(timeout=1.0)
                         continue
                 try:
-                    self._retire_cancelled(time.monotonic())
-                    if self._running:
-                        self._step()
-                except Exception as e:              # a bug: fail this step's requests, go on
+                    self.step(time.monotonic())
+                except Exception as e:              # a bug: fail the requests in flight, go on
                     log.exception("scheduler step failed")
-                    for r in {id(g.request): g.request for g in self._running}.values():
+                    for r in list(self._requests.values()):
                         self._fail(r, EngineFailure(f"internal error: {type(e).__name__}: {e}"))
         except BaseException:                       # pragma: no cover - a bug; log it loudly
             log.exception("engine thread crashed")
@@ -254,140 +257,97 @@ class Scheduler:
         finally:
             self._shutdown()
 
-    def _idle_wait(self, now: float) -> float:
-        deadlines = [g.request.deadline for g in self._pending if g.request.deadline]
-        return max(0.01, min([1.0] + [d - now for d in deadlines]))
+    def _take_inbox(self) -> None:
+        """New requests into the planner (under the lock)."""
+        for r in self._inbox:
+            self._requests[id(r)] = r
+            for lead in r.leads:
+                self.planner.add(lead)
+        self._inbox = []
 
-    def _expire_pending(self, now: float) -> None:
-        """Drop waiting groups of cancelled or timed-out requests (under the lock)."""
-        if not self._pending:
-            return
-        keep = deque()
-        for g in self._pending:
-            r = g.request
+    def step(self, now: float) -> bool:
+        """One scheduling step (the engine thread; tests call it directly): retire, plan,
+        forward, apply, emit. False when there was nothing to run."""
+        with self._cond:
+            self._take_inbox()
+        self._retire(now)
+        plan = self.planner.plan()
+        if plan is None:
+            with self._cond:                         # nothing fits yet: wait for a change
+                if not self._inbox and not self._stop:
+                    self._cond.wait(timeout=self._idle_wait(now))
+            return False
+        if plan.admitted:
+            with self._cond:
+                for seq in plan.admitted:
+                    seq.owner.admitted = True
+                    self._n_waiting -= self._queued.pop(id(seq), 0)
+        try:
+            logits = self.engine.forward(plan.batch)
+        except Exception as e:                      # fail only the requests in this batch
+            log.exception("engine.forward failed on a batch of %d tokens", len(plan.batch))
+            for r in {id(w.seq.owner): w.seq.owner for w in plan.work}.values():
+                self._fail(r, EngineFailure(f"the engine failed: {type(e).__name__}: {e}"))
+            return True
+        self.steps += 1
+        t = time.monotonic()
+        ended = {}
+        for o in self.planner.apply(plan, logits):
+            r = o.seq.owner
             if r.finished:
                 continue
-            if r.cancelled:
-                self._end_request(r)
-            elif r.deadline and now >= r.deadline:
-                self._fail(r, RequestTimeout("the request timed out waiting for a free slot"))
-            else:
-                keep.append(g)
-        self._pending = keep
-
-    def _admit(self) -> None:
-        """Move waiting groups, oldest first, into the running set while slots last (under the lock)."""
-        while self._pending and len(self._pending[0].seqs) <= self._n_free:
-            g = self._pending.popleft()
-            if g.request.cancelled:
-                self._end_request(g.request)
-            if g.request.finished:
+            if o.error is not None:
+                log.error("sampling failed", exc_info=o.error)
+                self._fail(r, EngineFailure(f"sampling failed: {type(o.error).__name__}: "
+                                            f"{o.error}"))
                 continue
-            for s in g.seqs:
-                s.slot = self.engine.kv.alloc()
-            self._n_free -= len(g.seqs)
-            self._running.append(g)
+            r.out.put(Event(o.seq.index, o.step, t, finish_reason=o.step.finish_reason))
+            if o.step.finish_reason:
+                ended[id(r)] = r
+        for r in ended.values():               # after every event of the step is out
+            self._maybe_done(r)
+        return True
 
-    def _retire_cancelled(self, now: float) -> None:
-        for g in list(self._running):
-            r = g.request
+    def _idle_wait(self, now: float) -> float:
+        deadlines = [r.deadline for r in self._requests.values() if r.deadline]
+        return max(0.01, min([0.05] + [d - now for d in deadlines]))
+
+    def _retire(self, now: float) -> None:
+        """End cancelled requests; time out waiting ones (503) and generating ones ("length")."""
+        for r in list(self._requests.values()):
             if r.cancelled:
                 self._end_request(r)
             elif r.deadline and now >= r.deadline:
-                # out of time while generating: end every live sequence as "length" (as llama.cpp
-                # does for t_max_predict_ms); a prompt still prefilling never produced anything
-                if g.prefilling:
-                    self._fail(r, RequestTimeout("the request timed out during prompt processing"))
+                if not any(s.gen.output_ids or s.gen.finished for s in r.seqs):
+                    started = any(s.n_computed for s in r.leads)
+                    self._fail(r, RequestTimeout(
+                        "the request timed out during prompt processing" if started else
+                        "the request timed out waiting for a free slot"))
                     continue
-                for s in g.live():
-                    text = s.gen.finish("length")
-                    r.out.put(Event(s.index, None, now, finish_reason="length", text=text))
-                    self._release(s)
-                self._maybe_done(r)
-
-    def _step(self) -> None:
-        tokens, positions, slots, rows = [], [], [], []
-        consumers: list[tuple[Request, list[_Seq]]] = []   # per logits row: who samples from it
-        prefilled: list[_Group] = []                # groups whose prompt completes this step
-        for g in self._running:
-            if g.prefilling:
-                continue
-            for s in g.live():
-                rows.append(len(tokens))
-                tokens.append(s.gen.output_ids[-1])        # the token it sampled last step
-                positions.append(s.gen.n_past - 1)
-                slots.append(s.slot)
-                consumers.append((g.request, [s]))
-        # one step holds at most prefill_chunk tokens (decode tokens first): engines size their
-        # step buffers for that (the JIT engine's limit is max(512, max_seqs))
-        budget = self.prefill_chunk - len(tokens)
-        for g in self._running:
-            if not g.prefilling or budget <= 0:
-                continue
-            start = g.n_prefilled
-            chunk = g.prompt_ids[start:start + budget]
-            tokens += chunk
-            positions += range(start, start + len(chunk))
-            slots += [g.seqs[0].slot] * len(chunk)
-            g.n_prefilled += len(chunk)
-            budget -= len(chunk)
-            if not g.prefilling:
-                rows.append(len(tokens) - 1)
-                consumers.append((g.request, g.live()))
-                prefilled.append(g)
-        batch = Batch.build(tokens, positions, slots, rows)
-        try:
-            logits = self.engine.forward(batch)
-        except Exception as e:                      # fail only the requests in this batch
-            log.exception("engine.forward failed on a batch of %d tokens", len(batch))
-            for r in {id(g.request): g.request for g in self._running}.values():
-                self._fail(r, EngineFailure(f"the engine failed: {type(e).__name__}: {e}"))
-            return
-        self.steps += 1
-        now = time.monotonic()
-        for g in prefilled:
-            first = g.seqs[0].slot
-            for s in g.seqs[1:]:
-                self.engine.kv.copy_prefix(first, s.slot, len(g.prompt_ids))
-        for row, (req, seqs) in zip(logits, consumers):
-            for s in seqs:
-                if req.finished:
-                    break
-                try:
-                    step = s.gen.step(row)
-                except Exception as e:
-                    log.exception("sampling failed")
-                    self._fail(req, EngineFailure(f"sampling failed: {type(e).__name__}: {e}"))
-                    break
-                req.out.put(Event(s.index, step, now, finish_reason=step.finish_reason))
-                if step.finish_reason:
-                    self._release(s)
-                    self._maybe_done(req)
+                # out of time while generating: end every live sequence as "length" (as
+                # llama.cpp does for t_max_predict_ms)
+                for s in r.seqs:
+                    if s.state != SEQ_DONE and not s.gen.finished:
+                        text = s.gen.finish("length")
+                        r.out.put(Event(s.index, None, now, finish_reason="length", text=text))
+                self._end_request(r)
 
     # ---- bookkeeping (engine thread) ----
 
-    def _release(self, s: _Seq) -> None:
-        if not s.done:
-            s.done = True
-            with self._cond:
-                self._in_system -= 1
-            if s.slot >= 0:
-                self.engine.kv.free(s.slot)
-                self._n_free += 1
-                s.slot = -1
-
     def _maybe_done(self, r: Request) -> None:
-        if all(s.done for g in r.groups for s in g.seqs):
+        if all(s.gen.finished for s in r.seqs):
             self._end_request(r)
 
     def _end_request(self, r: Request) -> None:
         """Free everything the request holds and queue DONE (idempotent)."""
         if r.finished:
             return
-        for g in r.groups:
-            for s in g.seqs:
-                self._release(s)
-        self._running = [g for g in self._running if g.request is not r]
+        for s in r.seqs:
+            self.planner.finish(s)
+        with self._cond:
+            for lead in r.leads:
+                self._n_waiting -= self._queued.pop(id(lead), 0)
+        self._requests.pop(id(r), None)
         r.finished = True
         r.out.put(DONE)
 
@@ -398,6 +358,6 @@ class Scheduler:
 
     def _shutdown(self) -> None:
         with self._cond:
-            pending, self._pending = list(self._pending), deque()
-        for g in pending + list(self._running):
-            self._fail(g.request, SchedulerStopped("the server is shutting down"))
+            self._take_inbox()
+        for r in list(self._requests.values()):
+            self._fail(r, SchedulerStopped("the server is shutting down"))

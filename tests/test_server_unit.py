@@ -13,7 +13,9 @@ from falcon import testing
 
 from reame.engines import ENGINES, create_engine
 from reame.generate import Generation
+from reame.model import load_model
 from reame.sampling import SamplingParams
+from reame.planner import SchedulerParams
 from reame.scheduler import (DONE, EngineFailure, QueueFull, RequestTimeout, Scheduler,
                              SchedulerStopped)
 from reame.server import ServerConfig, create_app
@@ -49,18 +51,12 @@ class WrappedEngine:
         return self.inner.forward(batch)
 
 
-class NoCopyKV:
-    """A KV cache without copy_prefix: n > 1 must then prefill each sequence itself."""
-
-    def __init__(self, kv):
-        self._kv = kv
-        self.max_seqs = kv.max_seqs
-
-    def alloc(self):
-        return self._kv.alloc()
-
-    def free(self, slot):
-        self._kv.free(slot)
+def all_free(sched) -> bool:
+    """Nothing running or waiting, every KV block free or cached, every slot free."""
+    sched.planner.check()
+    p = sched.planner
+    return (not p.running and not p.waiting and p.pool.used == 0
+            and len(p.slots) == p.kv.max_seqs)
 
 
 @pytest.fixture(scope="module")
@@ -204,9 +200,22 @@ def test_act_type_setting_reaches_the_engine(stories_path, monkeypatch):
     with pytest.raises(ReameError, match="act_type"):
         ServerConfig.from_env({"REAME_ACT_TYPE": "q4"})
     seen = {}
-    monkeypatch.setattr("reame.engines.create_engine", lambda model, name, **kw: seen.update(kw))
-    service.engine_factory(cfg)()
+    from types import SimpleNamespace
+    fake = SimpleNamespace(kv=SimpleNamespace(block_bytes=1, block_size=32, kv_type="f32"))
+    monkeypatch.setattr("reame.engines.create_engine",
+                        lambda model, name, **kw: seen.update(kw) or fake)
+    assert service.engine_factory(cfg)() is fake
     assert seen["act_type"] == "f32"
+    # the KV budget: --kv-cache-mb is a whole number of blocks; the context fits in the pool
+    cfg = ServerConfig.from_env({"REAME_KV_CACHE_MB": "1", "REAME_BLOCK_SIZE": "16"},
+                                model=stories_path, max_seqs=3)
+    service.engine_factory(cfg)()
+    from reame.kv_cache import bytes_per_token
+    c = load_model(stories_path).config
+    per_block = 16 * bytes_per_token(c.n_layer, c.n_head_kv, c.head_dim, c.head_dim_v)
+    assert seen["kv_blocks"] == 2**20 // per_block and seen["block_size"] == 16
+    assert seen["n_ctx"] == min(c.n_ctx_train, 4096, seen["kv_blocks"] * 16)
+    assert seen["max_seqs"] == 3
 
 
 def test_models(client):
@@ -302,7 +311,8 @@ def test_completion_greedy_matches_expected(client, stories_expected):
         assert choice["logprobs"] is None
         assert out["usage"] == {"prompt_tokens": len(case["prompt_tokens"]),
                                 "completion_tokens": 64,
-                                "total_tokens": len(case["prompt_tokens"]) + 64}
+                                "total_tokens": len(case["prompt_tokens"]) + 64,
+                                "prompt_tokens_details": {"cached_tokens": 0}}
 
 
 def test_completion_prompt_list_and_token_ids(client, stories_expected):
@@ -811,7 +821,7 @@ def test_disconnect_cancels_and_frees_slots(stories_model):
         it.close()                                   # what the WSGI server does on disconnect
     assert wait_until(lambda: service.scheduler.running == 0, 2)
     assert service.scheduler.running_seqs == 0
-    assert len(engine.kv.free_slots) == 4
+    assert all_free(service.scheduler)
     calls = engine.calls
     time.sleep(0.1)
     assert engine.calls == calls                     # nothing is generating any more
@@ -872,7 +882,7 @@ def test_queue_full_answers_429(stories_model):
     for t in threads:
         t.start()
     sched = app.reame.service.scheduler
-    assert wait_until(lambda: sched._in_system == 2)
+    assert wait_until(lambda: sched.running == 1 and sched.queue_depth == 1)
     r = post(c, C, body)
     err = assert_error(r, 429, code="queue_full")
     assert r.headers["retry-after"] == "3"
@@ -942,10 +952,10 @@ def test_a_bug_in_a_step_fails_its_requests_only(stories_model):
     app = new_app(stories_model, engine=engine)
     c = testing.TestClient(app)
     sched = app.reame.service.scheduler
-    real = sched._step
-    sched._step = lambda: (_ for _ in ()).throw(KeyError("boom"))   # a step that raises
+    real = sched.step
+    sched.step = lambda now: (_ for _ in ()).throw(KeyError("boom"))   # a step that raises
     assert_error(post(c, C, OK_C), 500, code="engine_error")
-    sched._step = real
+    sched.step = real
     assert post(c, C, OK_C).status_code == 200 and sched.alive
     stop_app(app)
 
@@ -1003,13 +1013,15 @@ def texts(events, n):
 
 
 def test_scheduler_mixed_batches_match_single_runs(sched_engine, tok, stories_expected):
-    """5 prompts on 2 slots, prefill chunks of 3 tokens mixed with decode tokens: same greedy text."""
+    """5 prompts on 2 slots, steps of 3 tokens mixing prefill chunks and decode tokens: same
+    greedy text."""
     cases = stories_expected["cases"]
-    s = Scheduler(sched_engine, queue_size=16, prefill_chunk=3).start()
+    s = Scheduler(sched_engine, SchedulerParams(max_batch=2, token_budget=3, prefill_chunk=3,
+                                                max_waiting=16)).start()
     reqs = [s.submit([c["prompt_tokens"]], [[greedy_gen(tok, c["prompt_tokens"])]]) for c in cases]
     for req, c in zip(reqs, cases):
         assert texts(drain(req), 1) == [c["greedy_text"]]
-    assert s.running_seqs == 0 and len(sched_engine.kv.free_slots) == 2
+    assert s.running_seqs == 0 and all_free(s)
     assert max(sched_engine.batch_sizes) <= 3                # the step budget, decode included
     s.stop()
 
@@ -1020,7 +1032,7 @@ def test_every_engine_serves_exact_greedy_text(stories_model, stories_expected, 
     (prefill chunks mixed with decode tokens): every engine gives llama.cpp's greedy text."""
     engine = new_engine(stories_model, max_seqs=2, engine=engine_name)
     app = new_app(stories_model, engine=engine, max_seqs=2)
-    app.reame.service.scheduler.prefill_chunk = 7
+    app.reame.service.scheduler.params.token_budget = 7
     c = testing.TestClient(app)
     cases = stories_expected["cases"]
     results = {}
@@ -1051,22 +1063,12 @@ def test_scheduler_group_shares_prefill(sched_engine, tok, stories_expected):
     s.stop()
 
 
-def test_scheduler_without_copy_prefix(stories_model, tok, stories_expected):
-    engine = new_engine(stories_model, max_seqs=2)
-    engine.kv = NoCopyKV(engine.inner.kv)
-    case = stories_expected["cases"][4]
-    ids = case["prompt_tokens"]
-    s = Scheduler(engine).start()
-    req = s.submit([ids], [[greedy_gen(tok, ids), greedy_gen(tok, ids)]])
-    assert texts(drain(req), 2) == [case["greedy_text"]] * 2
-    s.stop()
-
-
 def test_scheduler_queue_full_and_group_too_large(sched_engine, tok):
     sched_engine.gate.clear()
-    s = Scheduler(sched_engine, queue_size=1).start()
+    s = Scheduler(sched_engine, queue_size=2).start()
     ids = [1, 403]
-    s.submit([ids], [[greedy_gen(tok, ids)]])
+    s.submit([ids], [[greedy_gen(tok, ids), greedy_gen(tok, ids)]])
+    assert wait_until(lambda: s.running == 1)          # running: not counted as waiting
     s.submit([ids], [[greedy_gen(tok, ids), greedy_gen(tok, ids)]])
     with pytest.raises(QueueFull):
         s.submit([ids], [[greedy_gen(tok, ids)]])
@@ -1096,8 +1098,8 @@ def test_scheduler_cancel_pending_and_running(sched_engine, tok):
     assert s.queue_depth == 2
     for r in reqs:
         r.cancel()
-    assert wait_until(lambda: s.running == 0 and s.queue_depth == 0 and s._in_system == 0)
-    assert len(sched_engine.kv.free_slots) == 2
+    assert wait_until(lambda: s.running == 0 and s.queue_depth == 0 and s._n_waiting == 0)
+    assert all_free(s)
     s.stop()
 
 

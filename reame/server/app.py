@@ -215,11 +215,22 @@ def create_app(engine_or_factory, config: ServerConfig | None = None, *, tokeniz
             return fn(s) if s is not None else 0
         return read
 
+    pool = lambda s: s.scheduler.planner.pool          # noqa: E731
     metrics.gauges.update({
         "reame_queue_depth": gauge(lambda s: s.scheduler.queue_depth),
         "reame_running_requests": gauge(lambda s: s.scheduler.running),
         "reame_running_sequences": gauge(lambda s: s.scheduler.running_seqs),
         "reame_model_loaded": gauge(lambda s: 1 if s.scheduler.alive else 0),
+        "reame_kv_blocks_used": gauge(lambda s: pool(s).used),
+        "reame_kv_blocks_cached": gauge(lambda s: pool(s).cached),
+        "reame_kv_blocks_total": gauge(lambda s: pool(s).n_blocks),
+        "reame_kv_cache_usage_ratio": gauge(lambda s: pool(s).used / pool(s).n_blocks),
+    })
+    metrics.counters.update({
+        "reame_prefix_cache_queries_total": gauge(lambda s: pool(s).queries),
+        "reame_prefix_cache_hits_total": gauge(lambda s: pool(s).hits),
+        "reame_kv_evictions_total": gauge(lambda s: pool(s).evictions),
+        "reame_preemptions_total": gauge(lambda s: s.scheduler.planner.preemptions),
     })
 
     middleware = [RequestMetrics(metrics)]

@@ -27,11 +27,18 @@ def add_serve_command(subparsers) -> None:
     p.add_argument("--api-key", default=None,
                    help="require 'Authorization: Bearer KEY' (default: $REAME_API_KEY, else none)")
     p.add_argument("--max-seqs", type=int, default=None,
-                   help="sequences generating at once per worker (KV-cache slots) "
-                        "(default: $REAME_MAX_SEQS or 4)")
+                   help="sequences generating at once per worker: the largest batch "
+                        "(default: $REAME_MAX_SEQS or 8)")
     p.add_argument("--queue-size", type=int, default=None,
-                   help="sequences that may wait for a KV slot; beyond that: 429 with "
-                        "Retry-After (default: $REAME_QUEUE_SIZE or 32)")
+                   help="sequences that may wait to be admitted; beyond that: 429 with "
+                        "Retry-After (default: $REAME_QUEUE_SIZE or 256)")
+    p.add_argument("--kv-cache-mb", type=int, default=None,
+                   help="KV-cache memory per worker in MiB: running sequences and the prefix "
+                        "cache share it (default: $REAME_KV_CACHE_MB, else max-seqs x ctx-size "
+                        "tokens, at most a quarter of the available memory; printed at start)")
+    p.add_argument("--block-size", type=int, default=None, choices=(16, 32, 64, 128, 256),
+                   help="positions per KV-cache block, the prefix cache's unit "
+                        "(default: $REAME_BLOCK_SIZE or 32)")
     p.add_argument("--timeout", type=float, default=None,
                    help="per-request timeout in seconds, 0: none "
                         "(default: $REAME_REQUEST_TIMEOUT or 600)")
@@ -62,10 +69,10 @@ def cmd_serve(args) -> int:
     config = ServerConfig.from_env(
         model=os.path.abspath(args.model), engine=args.engine, threads=threads,
         ctx_size=args.ctx_size, kv_type=args.kv_type, act_type=args.act_type,
-        max_seqs=args.max_seqs,
+        max_seqs=args.max_seqs, kv_cache_mb=args.kv_cache_mb, block_size=args.block_size,
         queue_size=args.queue_size, request_timeout=args.timeout,
         api_key=args.api_key, chat_template_file=args.chat_template_file,
-        model_alias=args.alias)
+        model_alias=args.alias, workers=args.workers)
     run(config, host=args.host, port=args.port, workers=args.workers,
         http_threads=args.http_threads, log_level=args.log_level, access_log=args.access_log)
     return 0

@@ -16,14 +16,17 @@ class ServerConfig:
     ctx_size: int | None = None         # context per sequence (None: min(trained, 4096))
     kv_type: str = "f32"
     act_type: str | None = None         # q8 | f32 (None: the engine's default, see reame.engines)
-    max_seqs: int = 4                   # sequences generating at once per worker (KV-cache slots)
-    queue_size: int = 32                # sequences that may wait for a slot before we answer 429
+    max_seqs: int = 8                   # sequences generating at once per worker (the batch)
+    queue_size: int = 256               # sequences that may wait for admission before a 429
+    kv_cache_mb: int | None = None      # KV pool per worker (None: reame.engines.kv_budget)
+    block_size: int = 32                # positions per KV block (a power of two, 16..256)
     request_timeout: float = 600.0      # seconds from arrival to the end of generation (0: none)
     api_key: str | None = None          # bearer token; None: no authentication
     chat_template_file: str | None = None
     model_alias: str | None = None      # another name clients may use for the model
     max_body_bytes: int = 16 * 2**20
     metrics_dir: str | None = None      # shared by the workers of one server: /metrics sums them
+    workers: int = 1                    # worker processes (they split the default KV budget)
     retry_after: int = 1                # seconds, sent with 429 and 503
 
     ENV = {  # field -> environment variable
@@ -31,6 +34,7 @@ class ServerConfig:
         "ctx_size": "REAME_CTX_SIZE", "kv_type": "REAME_KV_TYPE",
         "act_type": "REAME_ACT_TYPE", "max_seqs": "REAME_MAX_SEQS",
         "queue_size": "REAME_QUEUE_SIZE", "request_timeout": "REAME_REQUEST_TIMEOUT",
+        "kv_cache_mb": "REAME_KV_CACHE_MB", "block_size": "REAME_BLOCK_SIZE",
         "api_key": "REAME_API_KEY", "chat_template_file": "REAME_CHAT_TEMPLATE_FILE",
         "model_alias": "REAME_MODEL_ALIAS", "max_body_bytes": "REAME_MAX_BODY_BYTES",
         "metrics_dir": "REAME_METRICS_DIR",
@@ -66,6 +70,10 @@ class ServerConfig:
             raise ReameError("max_seqs must be >= 1")
         if self.queue_size < 0:
             raise ReameError("queue_size must be >= 0")
+        if self.kv_cache_mb is not None and self.kv_cache_mb < 1:
+            raise ReameError("kv_cache_mb must be >= 1")
+        if self.block_size not in (16, 32, 64, 128, 256):
+            raise ReameError("block_size must be 16, 32, 64, 128 or 256")
         if self.request_timeout < 0:
             raise ReameError("request_timeout must be >= 0")
         if self.kv_type not in ("f32", "f16"):

@@ -40,6 +40,19 @@ SERIES = {
     "reame_running_sequences": ("gauge", "Sequences generating (KV-cache slots in use).", (), None),
     "reame_model_loaded": ("gauge", "1 once the model is loaded and the engine thread runs.",
                            (), None),
+    "reame_prefix_cache_queries_total": ("counter", "Prompt tokens looked up in the prefix cache "
+                                         "(at each admission).", (), None),
+    "reame_prefix_cache_hits_total": ("counter", "Prompt tokens whose keys and values came from "
+                                      "the prefix cache.", (), None),
+    "reame_kv_blocks_used": ("gauge", "KV-cache blocks held by running sequences.", (), None),
+    "reame_kv_blocks_cached": ("gauge", "KV-cache blocks findable by the prefix cache (held or "
+                               "not).", (), None),
+    "reame_kv_blocks_total": ("gauge", "KV-cache blocks in the pool.", (), None),
+    "reame_kv_cache_usage_ratio": ("gauge", "Share of the KV-cache blocks held by running "
+                                   "sequences (0..1).", (), None),
+    "reame_kv_evictions_total": ("counter", "Cached KV blocks evicted to make room.", (), None),
+    "reame_preemptions_total": ("counter", "Running sequences preempted (blocks freed, "
+                                "recomputed later) because the KV cache was full.", (), None),
 }
 
 
@@ -66,7 +79,8 @@ class Metrics:
         # counters: name -> {label values tuple: value}
         # histograms: name -> {label values tuple: [bucket counts..., sum, count]}
         self._values: dict[str, dict[tuple, object]] = {n: {} for n in SERIES}
-        self.gauges: dict[str, Callable[[], float]] = {}
+        self.gauges: dict[str, Callable[[], float]] = {}   # read at scrape time
+        self.counters: dict[str, Callable[[], float]] = {}  # counters kept elsewhere, read alike
         self.metrics_dir = metrics_dir
         self._writer: threading.Thread | None = None
         self._writer_pid = None
@@ -98,7 +112,7 @@ class Metrics:
         with self._lock:
             out = {n: [[list(k), v if not isinstance(v, list) else list(v)]
                        for k, v in d.items()] for n, d in self._values.items()}
-        for n, fn in self.gauges.items():
+        for n, fn in (self.gauges | self.counters).items():
             try:
                 out[n] = [[[], float(fn())]]
             except Exception:                   # a gauge must never break a scrape

@@ -134,7 +134,8 @@ class Job:
     def usage(self) -> dict:
         p = sum(len(x) for x in self.prompts)
         c = sum(ch.n_tokens for ch in self.choices)
-        return {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c}
+        return {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c,
+                "prompt_tokens_details": {"cached_tokens": self.request.cached_tokens}}
 
     def _record(self) -> None:
         """Token counters and the request duration, once."""

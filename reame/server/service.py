@@ -42,6 +42,21 @@ def model_names(engine, config: ServerConfig) -> list[str]:
     return names or ["reame"]
 
 
+def model_identity(engine) -> bytes:
+    """What salts the prefix cache's block hashes: the model file (path, size, time) and the
+    engine's numerics, so equal hashes can only mean equal keys and values."""
+    import hashlib
+    path = getattr(getattr(engine, "model", None), "path", None)
+    try:
+        st = os.stat(path) if path else None
+        file_id = f"{os.path.abspath(path)}:{st.st_size}:{st.st_mtime_ns}" if st else ""
+    except OSError:
+        file_id = str(path)
+    kv = getattr(engine, "kv", None)
+    ident = f"{file_id}|{getattr(engine, 'name', '')}|{getattr(kv, 'kv_type', '')}"
+    return hashlib.sha256(ident.encode()).digest()
+
+
 class ModelService:
     def __init__(self, engine, tokenizer, config: ServerConfig, chat_template=None,
                  template_error: str | None = None):
@@ -57,7 +72,8 @@ class ModelService:
             self.created = int(time.time())
         self.n_ctx = engine.n_ctx
         self.n_vocab = tokenizer.n_vocab
-        self.scheduler = Scheduler(engine, queue_size=config.queue_size)
+        self.scheduler = Scheduler(engine, queue_size=config.queue_size,
+                                   salt=model_identity(engine))
 
     def start(self) -> "ModelService":
         self.scheduler.start()
@@ -240,12 +256,25 @@ class Loader:
 def engine_factory(config: ServerConfig) -> Callable[[], object]:
     """A factory that loads the GGUF file and builds the configured engine (call it after fork)."""
     def build():
-        from ..engines import DEFAULT_ENGINE, create_engine
+        from ..engines import DEFAULT_ENGINE, create_engine, kv_budget
+        from ..kv_cache import DEFAULT_MAX_CTX
         from ..model import load_model
         if not config.model:
             raise ReameError("no model: pass MODEL.gguf to `reame serve` or set REAME_MODEL")
         model = load_model(config.model)
-        return create_engine(model, config.engine or DEFAULT_ENGINE, n_ctx=config.ctx_size,
-                             max_seqs=config.max_seqs, kv_type=config.kv_type,
-                             threads=config.threads, act_type=config.act_type)
+        c = model.config
+        n_ctx = config.ctx_size or min(c.n_ctx_train, DEFAULT_MAX_CTX)
+        blocks, n_ctx = kv_budget(c, n_ctx, config.max_seqs, config.kv_type, config.block_size,
+                                  config.kv_cache_mb, config.workers)
+        engine = create_engine(model, config.engine or DEFAULT_ENGINE, n_ctx=n_ctx,
+                               max_seqs=config.max_seqs, kv_type=config.kv_type,
+                               threads=config.threads, act_type=config.act_type,
+                               block_size=config.block_size, kv_blocks=blocks)
+        kv = engine.kv
+        log.info("KV cache: %.0f MiB, %d blocks of %d positions (%d tokens, %s)%s; context %d "
+                 "per sequence, up to %d sequences at once", blocks * kv.block_bytes / 2**20,
+                 blocks, kv.block_size, blocks * kv.block_size, kv.kv_type,
+                 "" if config.kv_cache_mb else " (default: --kv-cache-mb to change)", n_ctx,
+                 config.max_seqs)
+        return engine
     return build

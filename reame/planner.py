@@ -1,0 +1,391 @@
+"""Step planning: which tokens of which sequences the next forward step computes, and what the
+step's logits do.
+
+The planner never calls the model. `plan()` builds a `StepPlan` (vLLM's `schedule()`):
+1. every running sequence, oldest admission first, gets its next tokens: one for a decoding
+   sequence, a chunk of at most `prefill_chunk` for one still computing its prompt (or
+   recomputing after a preemption), within the step's `token_budget`; decode tokens are placed
+   first, so a long prompt never delays the running sequences' next tokens;
+2. each gets the KV blocks those tokens need; when the pool has none left, the most recently
+   admitted sequence is *preempted*: its blocks are released (the full ones stay cached, so
+   the recompute is mostly a prefix hit) and it waits again at the head of the queue;
+3. waiting sequences are admitted while slots, blocks and budget last, first come first served
+   but not head-of-line blocked: a younger request that fits is admitted when an older one
+   does not yet fit, unless the older one has been overtaken `max_bypass` times already;
+   an admitted sequence takes the longest cached prefix of its tokens (full blocks keyed by a
+   hash chain, reame/kv_blocks.py) and computes only the rest.
+`apply(plan, logits)` (vLLM's `update_from_output()`) advances each sequence, registers the
+blocks that became full in the prefix cache, samples the sequences whose last token was
+computed, forks the `n` choices of a prompt (they share its full blocks; the partial last block
+is copied) and releases the blocks of finished sequences. There is no prefill or decode phase:
+a sequence's computed-token count catches up with its token count.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import deque
+from dataclasses import dataclass, field
+
+from .batch import Batch
+from .kv_blocks import ROOT, BlockPool
+
+
+@dataclass
+class SchedulerParams:
+    """Every knob of the step plan in one place (the adaptive runtime tunes these)."""
+    max_batch: int = 8            # sequences running at once (KV slots, logits rows per step)
+    token_budget: int = 512       # tokens per forward step (decode tokens + prompt chunks)
+    prefill_chunk: int = 512      # prompt tokens of one sequence per step
+    max_waiting: int = 512        # sequences that may wait to be admitted before a 429
+    max_bypass: int = 8           # younger admissions that may overtake a waiting request
+    reserve_per_running: int = 1  # blocks kept free per running sequence when admitting
+
+    def check(self, engine_tokens: int, slots: int) -> None:
+        if not 1 <= self.max_batch <= slots:
+            raise ValueError(f"max_batch={self.max_batch}: the engine has {slots} KV slots")
+        if not self.max_batch <= self.token_budget <= engine_tokens:
+            raise ValueError(f"token_budget={self.token_budget}: must be at least max_batch "
+                             f"and at most the engine's {engine_tokens} tokens per step")
+        if self.prefill_chunk < 1 or self.max_waiting < 0 or self.max_bypass < 0:
+            raise ValueError("prefill_chunk >= 1, max_waiting >= 0 and max_bypass >= 0")
+
+
+WAITING, RUNNING, DONE = "waiting", "running", "done"
+_order = itertools.count()
+
+
+class Seq:
+    """One generated sequence: its tokens (prompt, then sampled), how many have K/V in the
+    cache, its blocks and its slot. `siblings` are the other choices of its prompt, forked off
+    it once the prompt is computed."""
+
+    def __init__(self, tokens: list[int], gen=None, owner=None, index: int = 0):
+        self.tokens = list(tokens)
+        self.n_prompt = len(self.tokens)
+        self.gen, self.owner, self.index = gen, owner, index
+        self.n_computed = 0
+        self.blocks: list[int] = []
+        self.hashes: list[bytes] = []      # of the full blocks of tokens, as far as computed
+        self.n_registered = 0              # leading blocks offered to the prefix cache
+        self.slot = -1
+        self.state = WAITING
+        self.siblings: list[Seq] = []
+        self.order = next(_order)          # arrival order
+        self.admitted = -1                 # admission order (preemption takes the highest)
+        self.bypassed = 0                  # younger admissions while this one waited
+        self.n_cached: int | None = None   # prompt tokens found in the cache at first admission
+        self.n_preempted = 0
+
+    @property
+    def remaining(self) -> int:
+        return len(self.tokens) - self.n_computed
+
+    def __repr__(self) -> str:
+        return (f"Seq(#{self.order} {self.state} {self.n_computed}/{len(self.tokens)} "
+                f"blocks={self.blocks} slot={self.slot})")
+
+
+@dataclass
+class Work:
+    seq: Seq
+    start: int          # first position computed
+    n: int              # tokens computed
+    row: int = -1       # logits row (the chunk reaches the last token), else -1
+
+
+@dataclass
+class StepPlan:
+    batch: Batch
+    work: list[Work]
+    preempted: list[Seq] = field(default_factory=list)
+    admitted: list[Seq] = field(default_factory=list)
+
+    @property
+    def n_decode(self) -> int:
+        return sum(1 for w in self.work if w.n == 1 and w.start == len(w.seq.tokens) - 1)
+
+
+@dataclass
+class Outcome:
+    """What apply() did to one sequence: a sampled step (to emit), or an error."""
+    seq: Seq
+    step: object = None
+    error: BaseException | None = None
+
+
+class Planner:
+    def __init__(self, kv, params: SchedulerParams | None = None, salt: bytes = b""):
+        self.kv, self.params = kv, params or SchedulerParams()
+        self.bs = kv.block_size
+        self.pool = BlockPool(kv.n_blocks, self.bs, salt)
+        self.slots = list(range(kv.max_seqs - 1, -1, -1))
+        self.waiting: deque[Seq] = deque()
+        self.running: list[Seq] = []          # in admission order
+        self.preemptions = 0
+        self._admissions = itertools.count()
+
+    # ---- queue ----
+
+    def add(self, seq: Seq) -> None:
+        """A new prompt (with its siblings attached) joins the end of the queue."""
+        seq.state = WAITING
+        self.waiting.append(seq)
+
+    @property
+    def n_waiting(self) -> int:
+        return sum(1 + len(s.siblings) for s in self.waiting)
+
+    @property
+    def n_running(self) -> int:
+        """Slots in use: running sequences and the siblings they will fork."""
+        return sum(1 + len(s.siblings) for s in self.running)
+
+    # ---- plan ----
+
+    def plan(self) -> StepPlan | None:
+        """The next step, or None when nothing can run."""
+        p = self.params
+        # decode tokens first: the budget for prompt chunks is what one token per decoding
+        # sequence leaves (token_budget >= max_batch, so every decoding sequence gets one)
+        budget = p.token_budget - sum(1 for s in self.running if s.remaining == 1)
+        decode, chunks, preempted = [], [], []
+        for seq in list(self.running):          # oldest first: preemption victims are newer
+            if seq.state != RUNNING:
+                continue                        # preempted by an older one this step
+            n = 1 if seq.remaining == 1 else min(seq.remaining, p.prefill_chunk, budget)
+            if n and (n := self._grow(seq, n, preempted)):
+                if seq.remaining == 1:
+                    decode.append((seq, n))
+                else:
+                    chunks.append((seq, n))
+                    budget -= n
+        admitted = self._admit(budget, chunks) if budget else []
+        work, tokens, positions, slots, rows = [], [], [], [], []
+        for seq, n in decode + chunks:
+            start = seq.n_computed
+            w = Work(seq, start, n)
+            tokens += seq.tokens[start:start + n]
+            positions += range(start, start + n)
+            slots += [seq.slot] * n
+            if start + n == len(seq.tokens):
+                w.row = len(rows)
+                rows.append(len(tokens) - 1)
+            work.append(w)
+        if not work:
+            return None
+        return StepPlan(Batch.build(tokens, positions, slots, rows), work, preempted, admitted)
+
+    def _grow(self, seq: Seq, n: int, preempted: list) -> int:
+        """Give seq the blocks for its next n tokens, preempting newer sequences when the pool
+        is exhausted; returns how many tokens it can compute (fewer when it is the newest)."""
+        while True:
+            need = -(-(seq.n_computed + n) // self.bs) - len(seq.blocks)
+            if need <= self.pool.available:
+                break
+            victim = self.running[-1]
+            if victim is seq:                   # the newest: shrink, or wait its turn
+                n = (len(seq.blocks) + self.pool.available) * self.bs - seq.n_computed
+                if n > 0:
+                    break
+                self.preempt(seq)
+                preempted.append(seq)
+                return 0
+            self.preempt(victim)
+            preempted.append(victim)
+        new = [self.pool.allocate() for _ in range(max(0, need))]
+        if new:
+            self.kv.set_blocks(seq.slot, len(seq.blocks), new)
+            seq.blocks += new
+        return n
+
+    def _admit(self, budget: int, chunks: list) -> list[Seq]:
+        """Admit waiting sequences that fit (see the module docstring); each gets its first
+        chunk in `chunks`."""
+        p = self.params
+        admitted = []
+        reserve = p.reserve_per_running * len(self.running)
+        for seq in list(self.waiting):
+            if budget == 0:
+                break
+            need_slots = 1 + len(seq.siblings)
+            hits = self._prefix_hits(seq)
+            need_blocks = -(-len(seq.tokens) // self.bs) - len(hits)
+            free_hits = sum(1 for b in hits if self.pool.ref[b] == 0)   # taking them uses them
+            fits = (self.n_running + need_slots <= p.max_batch
+                    and need_blocks + free_hits + reserve <= self.pool.available)
+            if not fits:
+                if seq.bypassed >= p.max_bypass:
+                    break                       # nothing younger overtakes it any more
+                continue
+            for older in self.waiting:          # everyone still waiting ahead of it was bypassed
+                if older is seq:
+                    break
+                older.bypassed += 1
+            self.waiting.remove(seq)
+            self._start(seq, hits)
+            admitted.append(seq)
+            n = self._grow(seq, min(seq.remaining, p.prefill_chunk, budget), [])
+            if n:
+                chunks.append((seq, n))
+                budget -= n
+            reserve += p.reserve_per_running
+        return admitted
+
+    def _prefix_hits(self, seq: Seq) -> list[int]:
+        """Cached blocks of seq's longest cached prefix, leaving at least one token to compute
+        (its logits are needed)."""
+        n_full = (len(seq.tokens) - 1) // self.bs
+        if len(seq.hashes) < n_full:
+            parent = seq.hashes[-1] if seq.hashes else ROOT
+            seq.hashes += self.pool.hashes(seq.tokens[:n_full * self.bs], parent, len(seq.hashes))
+        return self.pool.lookup(seq.hashes[:n_full])
+
+    def _start(self, seq: Seq, hits: list[int]) -> None:
+        seq.slot = self.slots.pop()
+        for sib in seq.siblings:
+            sib.slot = self.slots.pop()         # reserved for the fork
+        for b in hits:
+            self.pool.take(b)
+        seq.blocks = list(hits)
+        seq.n_computed = len(hits) * self.bs
+        seq.n_registered = len(hits)
+        self.kv.set_blocks(seq.slot, 0, hits)
+        self.pool.queries += len(seq.tokens)
+        self.pool.hits += seq.n_computed
+        if seq.n_cached is None:
+            seq.n_cached = min(seq.n_computed, seq.n_prompt)
+        seq.state = RUNNING
+        seq.admitted = next(self._admissions)
+        self.running.append(seq)
+
+    # ---- apply ----
+
+    def apply(self, plan: StepPlan, logits) -> list[Outcome]:
+        """Advance every planned sequence; sample those whose last token was computed (logits
+        row w.row), fork siblings, finish and free. Returns what each sampled sequence did."""
+        out = []
+        for w in plan.work:
+            seq = w.seq
+            if seq.state != RUNNING:            # aborted meanwhile
+                continue
+            seq.n_computed += w.n
+            self._register_full(seq)
+            if w.row < 0:
+                continue
+            row = logits[w.row]
+            group = [seq] + self._fork(seq)
+            for s in group:
+                try:
+                    step = s.gen.step(row)
+                except Exception as e:          # a sampling bug fails this sequence's request
+                    out.append(Outcome(s, error=e))
+                    continue
+                out.append(Outcome(s, step))
+                if step.finish_reason:
+                    self.finish(s)
+                else:
+                    s.tokens.append(step.token)
+        return out
+
+    def _register_full(self, seq: Seq) -> None:
+        full = seq.n_computed // self.bs
+        if full <= seq.n_registered:
+            return
+        if len(seq.hashes) < full:
+            parent = seq.hashes[-1] if seq.hashes else ROOT
+            seq.hashes += self.pool.hashes(seq.tokens[:full * self.bs], parent, len(seq.hashes))
+        for j in range(seq.n_registered, full):
+            self.pool.register(seq.blocks[j], seq.hashes[j])
+        seq.n_registered = full
+
+    def _fork(self, seq: Seq) -> list[Seq]:
+        """seq's prompt is computed: its siblings share its full blocks and get a copy of the
+        partial last one (without a block for the copy, a sibling recomputes it later)."""
+        forked = []
+        siblings, seq.siblings = seq.siblings, []
+        full = seq.n_computed // self.bs
+        for sib in siblings:
+            sib.blocks = seq.blocks[:full]
+            for b in sib.blocks:
+                self.pool.take(b)
+            if full < len(seq.blocks):
+                try:
+                    b = self.pool.allocate()
+                except IndexError:
+                    for b in sib.blocks:
+                        self.pool.release(b)
+                    sib.blocks = []
+                    self.slots.append(sib.slot)
+                    sib.slot = -1
+                    sib.state = WAITING
+                    self.waiting.appendleft(sib)
+                    forked.append(sib)          # still samples from this row
+                    continue
+                self.kv.copy_block(seq.blocks[full], b)
+                sib.blocks.append(b)
+            self.kv.set_blocks(sib.slot, 0, sib.blocks)
+            sib.hashes, sib.n_registered = list(seq.hashes[:full]), full
+            sib.n_computed = seq.n_computed
+            sib.n_cached = seq.n_cached
+            sib.state = RUNNING
+            sib.admitted = next(self._admissions)
+            self.running.append(sib)
+            forked.append(sib)
+        return forked
+
+    # ---- ending and preempting ----
+
+    def _release(self, seq: Seq) -> None:
+        for b in seq.blocks:
+            self.pool.release(b)
+        seq.blocks = []
+        if seq.slot >= 0:
+            self.slots.append(seq.slot)
+            seq.slot = -1
+        for sib in seq.siblings:
+            if sib.slot >= 0:
+                self.slots.append(sib.slot)
+                sib.slot = -1
+        if seq in self.running:
+            self.running.remove(seq)
+
+    def finish(self, seq: Seq) -> None:
+        """seq is done (finished, cancelled or failed): free everything it holds; its siblings
+        that never forked end with it."""
+        if seq.state == DONE:
+            return
+        if seq.state == WAITING and seq in self.waiting:
+            self.waiting.remove(seq)
+        self._release(seq)
+        seq.state = DONE
+        for sib in seq.siblings:
+            sib.state = DONE
+        seq.siblings = []
+
+    def preempt(self, seq: Seq) -> None:
+        """Free seq's blocks and slot; it waits again at the head of the queue and recomputes
+        its tokens when readmitted (its full blocks most likely still cached)."""
+        self._release(seq)
+        seq.n_computed = seq.n_registered = 0
+        seq.state = WAITING
+        seq.n_preempted += 1
+        self.preemptions += 1
+        self.waiting.appendleft(seq)
+
+    def check(self) -> None:
+        """Consistency of blocks, references and slots (tests)."""
+        self.pool.check()
+        refs = [0] * self.pool.n_blocks
+        slots = []
+        for seq in self.running:
+            assert seq.state == RUNNING
+            for b in seq.blocks:
+                refs[b] += 1
+            slots += [seq.slot] + [s.slot for s in seq.siblings]
+            assert len(seq.blocks) * self.bs >= seq.n_computed
+            assert list(self.kv.tables[seq.slot, :len(seq.blocks)]) == seq.blocks
+        for seq in self.waiting:
+            assert seq.state == WAITING and not seq.blocks and seq.slot == -1
+        assert refs == self.pool.ref, "block references do not match the sequences holding them"
+        assert sorted(slots + self.slots) == list(range(self.kv.max_seqs))

@@ -97,13 +97,10 @@ class Work:
 @dataclass
 class StepPlan:
     batch: Batch
-    work: list[Work]
+    work: list[Work]            # decode tokens first, then prompt chunks
+    n_decode: int = 0           # the first n_decode entries of work are decode tokens
     preempted: list[Seq] = field(default_factory=list)
     admitted: list[Seq] = field(default_factory=list)
-
-    @property
-    def n_decode(self) -> int:
-        return sum(1 for w in self.work if w.n == 1 and w.start == len(w.seq.tokens) - 1)
 
 
 @dataclass
@@ -161,6 +158,12 @@ class Planner:
                     chunks.append((seq, n))
                     budget -= n
         admitted = self._admit(budget, chunks) if budget else []
+        if not (decode or chunks or self.running) and self.waiting:
+            seq = self.waiting[0]               # alone, it still does not fit: a caller's bug
+            raise RuntimeError(f"a sequence of {len(seq.tokens)} tokens (and "
+                               f"{len(seq.siblings)} more choices) cannot fit a KV pool of "
+                               f"{self.pool.n_blocks} blocks of {self.bs} and a batch of "
+                               f"{self.params.max_batch}")
         work, tokens, positions, slots, rows = [], [], [], [], []
         for seq, n in decode + chunks:
             start = seq.n_computed
@@ -174,7 +177,8 @@ class Planner:
             work.append(w)
         if not work:
             return None
-        return StepPlan(Batch.build(tokens, positions, slots, rows), work, preempted, admitted)
+        return StepPlan(Batch.build(tokens, positions, slots, rows), work, len(decode),
+                        preempted, admitted)
 
     def _grow(self, seq: Seq, n: int, preempted: list) -> int:
         """Give seq the blocks for its next n tokens, preempting newer sequences when the pool
@@ -187,7 +191,7 @@ class Planner:
             if victim is seq:                   # the newest: shrink, or wait its turn
                 n = (len(seq.blocks) + self.pool.available) * self.bs - seq.n_computed
                 if n > 0:
-                    break
+                    continue                    # fits now
                 self.preempt(seq)
                 preempted.append(seq)
                 return 0
@@ -337,7 +341,7 @@ class Planner:
     # ---- ending and preempting ----
 
     def _release(self, seq: Seq) -> None:
-        for b in seq.blocks:
+        for b in reversed(seq.blocks):          # the tail first: LRU evicts a chain's tail first
             self.pool.release(b)
         seq.blocks = []
         if seq.slot >= 0:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 DEFAULT_MAX_CTX = 4096     # context per sequence when the user does not ask for another
-DEFAULT_BLOCK_SIZE = 32    # positions per block (docs/server.md: 16 / 32 / 64 measured)
+DEFAULT_BLOCK_SIZE = 64    # positions per block (docs/server.md: 16 / 32 / 64 measured)
 KV_TYPES = {"f32": np.float32, "f16": np.float16}
 
 

@@ -28,7 +28,7 @@ def add_serve_command(subparsers) -> None:
                    help="require 'Authorization: Bearer KEY' (default: $REAME_API_KEY, else none)")
     p.add_argument("--max-seqs", type=int, default=None,
                    help="sequences generating at once per worker: the largest batch "
-                        "(default: $REAME_MAX_SEQS or 8)")
+                        "(default: $REAME_MAX_SEQS or 16)")
     p.add_argument("--queue-size", type=int, default=None,
                    help="sequences that may wait to be admitted; beyond that: 429 with "
                         "Retry-After (default: $REAME_QUEUE_SIZE or 256)")
@@ -38,7 +38,7 @@ def add_serve_command(subparsers) -> None:
                         "tokens, at most a quarter of the available memory; printed at start)")
     p.add_argument("--block-size", type=int, default=None, choices=(16, 32, 64, 128, 256),
                    help="positions per KV-cache block, the prefix cache's unit "
-                        "(default: $REAME_BLOCK_SIZE or 32)")
+                        "(default: $REAME_BLOCK_SIZE or 64)")
     p.add_argument("--timeout", type=float, default=None,
                    help="per-request timeout in seconds, 0: none "
                         "(default: $REAME_REQUEST_TIMEOUT or 600)")

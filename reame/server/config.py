@@ -16,10 +16,10 @@ class ServerConfig:
     ctx_size: int | None = None         # context per sequence (None: min(trained, 4096))
     kv_type: str = "f32"
     act_type: str | None = None         # q8 | f32 (None: the engine's default, see reame.engines)
-    max_seqs: int = 8                   # sequences generating at once per worker (the batch)
+    max_seqs: int = 16                  # sequences generating at once per worker (the batch)
     queue_size: int = 256               # sequences that may wait for admission before a 429
     kv_cache_mb: int | None = None      # KV pool per worker (None: reame.engines.kv_budget)
-    block_size: int = 32                # positions per KV block (a power of two, 16..256)
+    block_size: int = 64                # positions per KV block (a power of two, 16..256)
     request_timeout: float = 600.0      # seconds from arrival to the end of generation (0: none)
     api_key: str | None = None          # bearer token; None: no authentication
     chat_template_file: str | None = None

@@ -437,8 +437,8 @@ def parse_args(argv):
     ap = argparse.ArgumentParser(prog="python -m bench.trace", description=__doc__.split("\n")[0])
     ap.add_argument("--pattern", default="agentic,multiturn", help="comma list of " +
                     ", ".join(PATTERNS))
-    ap.add_argument("--rate", type=float, help="arrivals/s: requests (agentic), conversations "
-                    "(multiturn) (default 2)")
+    ap.add_argument("--rate", help="arrivals/s: requests (agentic), conversations "
+                    "(multiturn); a comma list runs each rate (default 2)")
     ap.add_argument("--requests", type=int, help="agentic requests (default 80)")
     ap.add_argument("--conversations", type=int, help="multiturn conversations (default 8)")
     ap.add_argument("--turns", type=int, help="turns per conversation (default 10)")
@@ -461,6 +461,7 @@ def parse_args(argv):
     for k, v in (QUICK if a.quick else DEFAULTS).items():
         if getattr(a, k, None) is None:
             setattr(a, k, v)
+    a.rates = [float(r) for r in str(a.rate).split(",")]
     a.patterns = a.pattern.split(",")
     if not set(a.patterns) <= set(PATTERNS):
         ap.error(f"--pattern: choose among {', '.join(PATTERNS)}")
@@ -482,9 +483,10 @@ def main(argv=None) -> int:
            else eog_ids(model) if model else [])
     body = {"max_tokens": a.output_tokens, "temperature": 0, "stream": True,
             "stream_options": {"include_usage": True}, "logit_bias": {str(i): -100 for i in eog}}
-    traces = {"agentic": agentic_trace(a.requests, a.rate, a.seed, a.prefix_tokens),
-              "multiturn": multiturn_trace(a.conversations, a.turns, a.rate, a.seed,
-                                           a.user_tokens)}
+    traces = {(p, rate): agentic_trace(a.requests, rate, a.seed, a.prefix_tokens)
+              if p == "agentic" else
+              multiturn_trace(a.conversations, a.turns, rate, a.seed, a.user_tokens)
+              for p in a.patterns for rate in a.rates}
     replay = {"agentic": replay_agentic, "multiturn": replay_multiturn}
 
     servers = []                                              # (label, command, url)
@@ -507,9 +509,9 @@ def main(argv=None) -> int:
             name = model_id(url)
             sbody = {**body, "model": name} if name else body
             warm_up(url, sbody)
-            for pattern in a.patterns:
-                records = asyncio.run(replay[pattern](url, traces[pattern], sbody))
-                s = summarize(records, pattern, a.rate, a.output_tokens)
+            for pattern, rate in traces:
+                records = asyncio.run(replay[pattern](url, traces[pattern, rate], sbody))
+                s = summarize(records, pattern, rate, a.output_tokens)
                 runs.append({"server": label, "pattern": pattern, "summary": s,
                              "requests": records})
                 print(table(runs[-1:], a.turns).splitlines()[-1], flush=True)
@@ -519,7 +521,7 @@ def main(argv=None) -> int:
     text = table(runs, a.turns)
     print("\n" + text)
     Path(a.json).parent.mkdir(parents=True, exist_ok=True)
-    config = {k: getattr(a, k) for k in ("patterns", "rate", "requests", "conversations",
+    config = {k: getattr(a, k) for k in ("patterns", "rates", "requests", "conversations",
                                          "turns", "output_tokens", "seed", "threads",
                                          "prefix_tokens", "user_tokens")}
     Path(a.json).write_text(json.dumps(
@@ -530,9 +532,9 @@ def main(argv=None) -> int:
     if a.markdown:
         what = (f"`{command}` ({Path(model).name if model else a.url}, --threads {a.threads}; "
                 f"{a.output_tokens} output tokens a request, greedy, EOS banned). agentic: "
-                f"{a.requests} requests at {a.rate:g} req/s (Poisson), one "
+                f"{a.requests} requests at the rate (Poisson), one "
                 f"~{a.prefix_tokens}-token tool prefix + a 10-30 token task; multiturn: "
-                f"{a.conversations} conversations started at {a.rate:g} conv/s of {a.turns} turns "
+                f"{a.conversations} conversations started at the rate of {a.turns} turns "
                 f"(~{a.user_tokens} new user tokens a turn). Times in seconds; prefix hits = "
                 "cached / prompt tokens.")
         write_section(Path(a.markdown), f"Trace benchmark ({when})", what + "\n\n" + text)

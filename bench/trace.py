@@ -338,9 +338,10 @@ def table(runs: list[dict], turns: int) -> str:
     return "\n".join(lines)
 
 
-def write_section(path: Path, title: str, body: str) -> None:
-    """Put `## title` and body between MARKS in path: replaced if there, else appended."""
-    begin, end = MARKS
+def write_section(path: Path, title: str, body: str, key: str = "trace") -> None:
+    """Put `## title` and body between MARKS (named `key`) in path: replaced if there, else
+    appended."""
+    begin, end = (m.replace("trace", key, 1) for m in MARKS)
     text = path.read_text() if path.exists() else ""
     block = f"{begin}\n## {title}\n\n{body}\n{end}"
     i = text.find(begin)
@@ -455,7 +456,8 @@ def parse_args(argv):
     ap.add_argument("--eog-ids", default=None, help="comma list of end-of-generation token ids "
                     "(default: read from the model file)")
     ap.add_argument("--json", default=str(REPO / "bench" / "results" / "trace.json"))
-    ap.add_argument("--markdown", default=None, help="put the table in this Markdown file")
+    ap.add_argument("--markdown", default=None, help="put the table in this Markdown file (a "
+                    "section per set of --pattern: only that section is replaced)")
     ap.add_argument("--quick", action="store_true", help="a tiny trace (smoke test)")
     a = ap.parse_args(argv)
     for k, v in (QUICK if a.quick else DEFAULTS).items():
@@ -537,7 +539,8 @@ def main(argv=None) -> int:
                 f"{a.conversations} conversations started at the rate of {a.turns} turns "
                 f"(~{a.user_tokens} new user tokens a turn). Times in seconds; prefix hits = "
                 "cached / prompt tokens.")
-        write_section(Path(a.markdown), f"Trace benchmark ({when})", what + "\n\n" + text)
+        write_section(Path(a.markdown), f"Trace benchmark: {', '.join(a.patterns)} ({when})",
+                      what + "\n\n" + text, "trace-" + "-".join(a.patterns))
     return 0
 
 

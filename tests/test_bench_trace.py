@@ -262,7 +262,11 @@ def test_main_against_url_validates_then_writes_json_and_markdown(fake, tmp_path
     assert all(b["model"] == "fake-model" and b["max_tokens"] == 8
                and b["logit_bias"] == {"2": -100, "7": -100} for _, b in srv.log)
     text = md.read_text()
-    assert text.startswith("# Benchmarks\n\nkeep me\n") and "## Trace benchmark (" in text
+    assert text.startswith("# Benchmarks\n\nkeep me\n")
+    assert "<!-- trace-agentic-multiturn:begin -->\n## Trace benchmark: agentic, multiturn (" in text
+    assert trace.main(argv[:-2] + ["--pattern", "agentic", "--markdown", str(md)]) == 0
+    both = md.read_text()                      # another set of patterns: its own section
+    assert both.startswith(text.rstrip()) and "<!-- trace-agentic:begin -->" in both
     assert f"`python -m bench.trace {' '.join(argv)}`" in text and "| 25% |" in text
 
     short = fake(short=True)                   # one token short: refused before timing anything

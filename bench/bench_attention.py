@@ -80,15 +80,15 @@ def attention(args):
     H, Hkv, D = args.heads, args.kv_heads, args.head_dim
     rows = []
     for kv in args.kv.split(","):
-        dims = dict(H=H, Hkv=Hkv, D=D, Dv=D, kv=kv, scale=1 / math.sqrt(D))
+        dims = dict(H=H, Hkv=Hkv, D=D, Dv=D, BS=args.block_size, kv=kv, scale=1 / math.sqrt(D))
         # decode: one token at position ctx - 1
         op = get_op("attn_decode")
         C = args.ctx
         for spec in op.specs("F32", isa, C=C, **dims):
             k = build(spec, isa)
             rng = np.random.default_rng(0)
-            small = make_attention_case(op, spec.with_params(C=64), rng, 4)
-            validate(op, build(spec.with_params(C=64), isa), small)
+            small = make_attention_case(op, spec.with_params(C=128), rng, 4)
+            validate(op, build(spec.with_params(C=128), isa), small)
             # one cache per "layer", 128 MiB in all: each call reads its keys from DRAM
             case = make_attention_case(op, spec, rng, 1, positions=[C - 1], seq_ids=[0], seqs=1)
             kv_bytes = case.buffers["kc"].nbytes + case.buffers["vc"].nbytes
@@ -106,9 +106,9 @@ def attention(args):
         for spec in op.specs("F32", isa, C=P, **dims):
             k = build(spec, isa)
             rng = np.random.default_rng(1)
-            small = make_attention_case(op, spec.with_params(C=48), rng, 40,
+            small = make_attention_case(op, spec.with_params(C=128), rng, 40,
                                         positions=list(range(3, 43)), seq_ids=[0] * 40)
-            validate(op, build(spec.with_params(C=48), isa), small)
+            validate(op, build(spec.with_params(C=128), isa), small)
             case = make_attention_case(op, spec, rng, P, positions=list(range(P)),
                                        seq_ids=[0] * P, seqs=1)
             if args.check_large:
@@ -121,7 +121,7 @@ def attention(args):
 
 
 def tiles(spec):
-    skip = {"H", "Hkv", "D", "Dv", "C", "kv", "scale", "K", "F", "bcast", "eps", "R", "neox"}
+    skip = {"H", "Hkv", "D", "Dv", "C", "BS", "kv", "scale", "K", "F", "bcast", "eps", "R", "neox"}
     return ",".join(f"{k}={v}" for k, v in spec.params if k not in skip)
 
 
@@ -133,6 +133,7 @@ def main():
     ap.add_argument("--kv-heads", type=int, default=2)
     ap.add_argument("--head-dim", type=int, default=64)
     ap.add_argument("--kv", default="f32,f16")
+    ap.add_argument("--block-size", type=int, default=64, help="KV block size (0: contiguous)")
     ap.add_argument("--check-large", action="store_true",
                     help="also validate the full-size prefill case (slow numpy reference)")
     args = ap.parse_args()

@@ -161,9 +161,9 @@ class Scheduler:
                timeout: float | None = None) -> Request:
         """Queue one request: prompt i is sampled by generations[i] (flat choice indices in order).
 
-        QueueFull when the sequences waiting for admission would exceed `max_waiting` (an idle
-        scheduler takes any request). ValueError when one prompt has more choices than the
-        batch holds.
+        QueueFull when the sequences waiting for admission would exceed `max_waiting` beyond the
+        free places in the batch (those are admitted at the next step; an idle scheduler takes
+        any request). ValueError when one prompt has more choices than the batch holds.
         """
         req = Request(self, timeout)
         index = 0
@@ -182,7 +182,8 @@ class Scheduler:
             if self._stop or (self._started and not self.alive):
                 raise SchedulerStopped("the engine is not running")
             busy = self._n_waiting or self._requests or self._inbox
-            if busy and self._n_waiting + index > self.params.max_waiting:
+            free = max(0, self.params.max_batch - self.planner.n_running)
+            if busy and self._n_waiting + index > self.params.max_waiting + free:
                 raise QueueFull(f"{self._n_waiting} sequences are waiting")
             self._n_waiting += index
             for lead in req.leads:

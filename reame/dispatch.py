@@ -5,7 +5,9 @@ The table is double-buffered: `fns[copy][slot]` holds kernel addresses and the s
 (any thread, any time) and becomes active at the next step boundary by one swap (`commit`, called
 by the engine between steps), so a step never mixes variants and no running request sees a
 half-updated table. A staged variant must first pass a numerical check against the generic
-kernel on that slot's own shape; `rollback` restores the previous variant. Per-slot call counts
+kernel on that slot's own shape, at every token count the slot's program serves (its smallest
+and largest, one past and before them, the middle), so a variant wrong only for some step sizes
+is refused; `rollback` restores the previous variant. Per-slot call counts
 and cycles (summed over the threads that ran slices of it) are sampled by the runtime on the
 steps the engine chooses.
 """
@@ -19,6 +21,7 @@ import numpy as np
 
 from .codegen import registry
 from .codegen.kernels import Kernel, build
+from .codegen.ops.base import compare
 from .codegen.runtime import aligned_zeros, cycle_hz
 from .errors import ReameError
 
@@ -36,10 +39,17 @@ class Slot:
     staged: Kernel | None = None
     verified: set = field(default_factory=set)            # symbols that passed the check here
     rolling_back: bool = False
+    counts: tuple[int, ...] = (3,)  # the op's count argument (tokens, rows) values to check at
+
+
+def check_counts(lo: int, hi: int) -> tuple[int, ...]:
+    """Counts a candidate is checked at for a program serving lo..hi: both ends, one in from
+    each (ragged tiles), the middle."""
+    return tuple(sorted({n for n in (lo, lo + 1, (lo + hi) // 2, hi - 1, hi) if lo <= n <= hi}))
 
 
 class DispatchTable:
-    def __init__(self, capacity: int = 4096, check_tokens: int = 3):
+    def __init__(self, capacity: int = 4096):
         self.capacity = capacity
         self.fns = aligned_zeros(2 * capacity)       # [2][capacity] kernel addresses
         self.active = aligned_zeros(8)                # word 0: index of the live copy
@@ -48,18 +58,19 @@ class DispatchTable:
         self.by_name: dict[str, Slot] = {}
         self._lock = threading.Lock()
         self._dirty = False
-        self.check_tokens = check_tokens
         self.swaps = 0
 
     # ---- building ----
-    def add(self, name: str, kernel: Kernel) -> int:
-        """A new slot (or the existing one of that name) running `kernel`; returns its index."""
+    def add(self, name: str, kernel: Kernel, counts: tuple[int, ...] = (3,)) -> int:
+        """A new slot (or the existing one of that name) running `kernel`; returns its index.
+        `counts`: the values of the op's count argument the slot's program runs it with, that a
+        candidate variant is checked at (dispatch.check_counts)."""
         with self._lock:
             if name in self.by_name:
                 return self.by_name[name].index
             if len(self.slots) == self.capacity:
                 raise RuntimeError("dispatch table is full")
-            s = Slot(len(self.slots), name, kernel, verified={kernel.symbol})
+            s = Slot(len(self.slots), name, kernel, verified={kernel.symbol}, counts=tuple(counts))
             self.slots.append(s)
             self.by_name[name] = s
             self.fns[s.index] = self.fns[self.capacity + s.index] = kernel.address
@@ -78,8 +89,10 @@ class DispatchTable:
 
     # ---- swapping variants ----
     def verify(self, slot: int, kernel: Kernel) -> float:
-        """Numerical check of `kernel` against the generic kernel on the slot's shape; returns the
-        worst error in units of the op's tolerance (<= 1 passes). Raises VariantRejected."""
+        """Numerical check of `kernel` against the generic kernel on the slot's shape, at each
+        of the slot's counts; returns the worst error in units of the op's tolerance (<= 1
+        passes; two kernels each within tolerance of the exact result may differ by twice it).
+        Raises VariantRejected."""
         s = self.slots[slot]
         live = s.kernel.spec
         spec = kernel.spec
@@ -88,29 +101,24 @@ class DispatchTable:
             raise VariantRejected(f"{spec.label()} does not fit slot {s.name} ({live.label()})")
         op = registry.get_op(spec.op)
         generic = _generic_kernel(op, live)
-        rng = np.random.default_rng(slot)
-        case = op.make_case(spec, rng, self.check_tokens)
-        want = {k: case.buffers[k].copy() for k in case.outputs}
-        inputs = {k: v.copy() for k, v in case.buffers.items()}
-        generic.run_threads(case.args, 1)
-        expected = {k: case.buffers[k].astype(np.float64) for k in case.outputs}
-        for k, v in inputs.items():                 # restore inputs (ops may write in place)
-            case.buffers[k][...] = v
-        for k in case.outputs:
-            case.buffers[k][...] = want[k]
-        kernel.run_threads(case.args, 2)
         rtol, atol = op.tolerance(spec.dtype)
         worst = 0.0
-        for k in case.outputs:
-            got = case.buffers[k].astype(np.float64)
-            if not np.all(np.isfinite(got)):
-                raise VariantRejected(f"{spec.label()} produced non-finite values on {s.name}")
-            # two kernels, each within tolerance of the exact result: allow twice the tolerance
-            err = np.abs(got - expected[k]) / (2 * (atol + rtol * np.abs(expected[k])))
-            worst = max(worst, float(err.max()) if err.size else 0.0)
-        if worst > 1.0:
-            raise VariantRejected(f"{spec.label()} disagrees with the generic kernel on {s.name} "
-                                  f"({worst:.3g}x the tolerance)")
+        for n in s.counts:
+            case = op.make_case(spec, np.random.default_rng((slot, n)), n)
+            want = {k: case.buffers[k].copy() for k in case.outputs}
+            inputs = {k: v.copy() for k, v in case.buffers.items()}
+            generic.run_threads(case.args, 1)
+            expected = {k: case.buffers[k].copy() for k in case.outputs}
+            for k, v in inputs.items():             # restore inputs (ops may write in place)
+                case.buffers[k][...] = v
+            for k in case.outputs:
+                case.buffers[k][...] = want[k]
+            kernel.run_threads(case.args, 2)
+            for k in case.outputs:
+                worst = max(worst, compare(case.buffers[k], expected[k], 2 * rtol, 2 * atol))
+            if worst > 1.0:
+                raise VariantRejected(f"{spec.label()} disagrees with the generic kernel on "
+                                      f"{s.name} at n={n} ({worst:.3g}x the tolerance)")
         return worst
 
     def stage(self, slot: int, kernel: Kernel, verify: bool = True) -> None:
@@ -120,21 +128,26 @@ class DispatchTable:
             self.verify(slot, kernel)
             s.verified.add(kernel.symbol)
         with self._lock:
-            inactive = 1 - int(self.active[0])
-            self.fns[inactive * self.capacity + slot] = kernel.address
-            s.staged = kernel
-            s.rolling_back = False            # a new variant replaces a pending rollback
-            self._dirty = True
+            self._stage_locked(s, kernel)
+
+    def _stage_locked(self, s: Slot, kernel: Kernel) -> None:
+        inactive = 1 - int(self.active[0])
+        self.fns[inactive * self.capacity + s.index] = kernel.address
+        s.staged = kernel
+        s.rolling_back = False                # a new variant replaces a pending rollback
+        self._dirty = True
 
     def rollback(self, slot: int) -> Kernel | None:
-        """Stage the previous live variant of a slot; returns it (None if there is none)."""
+        """Stage the previous live variant of a slot; returns it (None if there is none). Atomic
+        with respect to commit(): the variant and the rollback mark are staged together."""
         s = self.slots[slot]
-        if not s.history:
-            return None
-        prev = s.history[-1]
-        self.stage(slot, prev, verify=False)
-        s.rolling_back = True                 # set after stage(), which clears it
-        return prev
+        with self._lock:
+            if not s.history:
+                return None
+            prev = s.history[-1]
+            self._stage_locked(s, prev)
+            s.rolling_back = True
+            return prev
 
     def commit(self) -> bool:
         """Step boundary: make staged variants live with one swap. Only the engine thread calls

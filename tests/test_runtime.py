@@ -9,7 +9,9 @@ program, close() joining the workers and run() after close() raising.
 
 Dispatch table: stage/commit (a staged kernel is not live until commit, one swap for all),
 commit without staged changes is a no-op, verify() rejects a kernel of another op or shape,
-rollback with and without history.
+rollback with and without history; the guard checks every count a slot's program serves and
+is NaN-safe (a variant wrong only above 4 rows, or giving NaN there, is refused); rollback is
+atomic with respect to a commit from the engine thread.
 """
 
 from __future__ import annotations
@@ -401,3 +403,94 @@ def test_dispatch_stage_over_a_pending_rollback_keeps_history(kernels):
     table.commit()
     assert table.live(slot) is k3
     assert table.slots[slot].history == [k1, k2]
+
+
+# ---- the numeric guard: every count a slot serves, NaN-safe; rollback atomic with commit ----
+
+def wrong_above(inner: Kernel, limit: int, nan: bool = False) -> Kernel:
+    """A kernel that runs `inner` (op add: args a, b, y, n) and then spoils y[0, 0] when the
+    step has more than `limit` rows: a variant wrong only for larger steps."""
+    import ctypes
+    from reame.codegen.compiler import KERNEL_CFUNC
+
+    def run(args, ith, nth):
+        inner.cfunc(args, ith, nth)
+        words = ctypes.cast(args, ctypes.POINTER(ctypes.c_int64))
+        if words[3] > limit and ith == 0:
+            y = ctypes.cast(words[2], ctypes.POINTER(ctypes.c_float))
+            y[0] = float("nan") if nan else y[0] + 1.0
+    cb = KERNEL_CFUNC(run)
+    k = Kernel(inner.spec, inner.symbol + "_wrong", ctypes.cast(cb, ctypes.c_void_p).value,
+               inner.ir)
+    k._keep = cb
+    return k
+
+
+@pytest.mark.parametrize("nan", [False, True])
+def test_guard_checks_every_count_the_slot_serves(kernels, nan):
+    """A variant correct at 3 rows but wrong above 4 passes a 3-row check (the old guard) and is
+    refused by the check at the counts of the slot's program (5..16 here); a NaN where the
+    generic kernel gives a number is refused, never compared as 'not greater than'."""
+    from reame.dispatch import check_counts
+    bad = wrong_above(kernels["add"], 4, nan)
+    old = DispatchTable(capacity=4)
+    old.add("blk.0.attn_q.bias", kernels["add"])            # counts=(3,): the old guard
+    assert old.verify(0, bad) <= 1.0
+    table = DispatchTable(capacity=4)
+    slot = table.add("blk.0.attn_q.bias@16", kernels["add"], check_counts(5, 16))
+    assert table.slots[slot].counts == (5, 6, 10, 15, 16)
+    with pytest.raises(VariantRejected, match="at n=5"):
+        table.stage(slot, bad)
+    assert table.slots[slot].staged is None and table.commit() is False
+    assert table.verify(slot, kernels["add_generic"]) <= 1.0
+
+
+def test_engine_slots_know_their_counts(kernels):
+    """Each program's slots are checked at that program's step sizes (n for token ops, rows
+    for the head), the q/k norms at tokens x heads."""
+    from reame.dispatch import check_counts
+    from reame.jit.program import M, N, ProgramBuilder
+    table = DispatchTable(capacity=8)
+    P = ProgramBuilder(table, {}, "16", NATIVE, ranges={"n": (5, 16), "m": (1, 4)})
+    x = np.zeros((16 * 2, K), np.float32)
+    w = np.ones(K, np.float32)
+    P.op("tok", kernels["rms"].spec, x=x, w=w, y=x, n=N)
+    P.op("head", kernels["rms"].spec, x=x, w=w, y=x, n=M)
+    P.op("qnorm", kernels["rms"].spec, x=x, w=w, y=x, n=N * 2)
+    assert [s.counts for s in table.slots] == [check_counts(5, 16), check_counts(1, 4),
+                                               check_counts(10, 32)]
+
+
+def test_compare_is_nan_safe():
+    from reame.codegen.ops.base import compare
+    inf, nan = float("inf"), float("nan")
+    assert compare([1.0, 2.0], [1.0, 2.0], 0, 0) == 0.0
+    assert compare([nan, inf], [nan, inf], 1e-5, 1e-5) == 0.0      # the same special values
+    assert compare([nan], [1.0], 1e-5, 1e-5) == inf                 # NaN is not "close"
+    assert compare([1.0], [nan], 1e-5, 1e-5) == inf
+    assert compare([inf], [1e30], 1e-5, 1e-5) == inf
+    assert compare([1.0 + 1e-6], [1.0], 1e-6, 0) == pytest.approx(1.0, rel=1e-3)
+    assert compare([0.0, 0.0], [0.0], 1, 1) == inf                  # shapes differ
+
+
+def test_rollback_is_atomic_with_commit(kernels):
+    """A commit by the engine thread while rollback() runs (here forced into the moment right
+    after the previous variant is staged, where the old rollback had not yet marked it as a
+    rollback) must not record the rolled-back variant in the history."""
+    k1, k2 = kernels["rms"], kernels["rms_generic"]
+    table = DispatchTable(capacity=4)
+    slot = table.add("blk.0.attn_norm", k1)
+    table.stage(slot, k2, verify=False)
+    table.commit()                                           # live k2, history [k1]
+    real_stage = table.stage
+
+    def stage_then_commit(*a, **kw):                         # the engine commits meanwhile
+        real_stage(*a, **kw)
+        t = threading.Thread(target=table.commit)
+        t.start()
+        t.join(1.0)
+    table.stage = stage_then_commit
+    assert table.rollback(slot) is k1
+    table.commit()
+    s = table.slots[slot]
+    assert s.kernel is k1 and s.history == [] and not s.rolling_back, s.history

@@ -24,6 +24,25 @@ class Variant:
         return isa.has(self.min_level)
 
 
+def compare(got: np.ndarray, want: np.ndarray, rtol: float, atol: float) -> float:
+    """The worst error of `got` against `want` in units of the tolerance (<= 1 passes).
+    NaN-safe: a non-finite value where the reference is finite (or a NaN where it is not NaN)
+    is an infinite error, never a pass; equal values (including equal infinities) are 0."""
+    got = np.asarray(got, np.float64)
+    want = np.asarray(want, np.float64)
+    if got.shape != want.shape:
+        return float("inf")
+    same = (got == want) | (np.isnan(got) & np.isnan(want))
+    bad = ~same & ~(np.isfinite(got) & np.isfinite(want))
+    if bad.any():
+        return float("inf")
+    with np.errstate(invalid="ignore", over="ignore"):
+        diff = np.where(same, 0.0, np.abs(got - want))
+        tol = atol + rtol * np.where(np.isfinite(want), np.abs(want), 0.0)
+        err = np.where(diff == 0, 0.0, diff / np.where(tol > 0, tol, np.inf))
+    return float(err.max()) if err.size else 0.0
+
+
 @dataclass
 class Case:
     """One numerical test case: named buffers, the argument block that points at them, and
@@ -83,14 +102,9 @@ class Op:
         worst = 0.0
         for name in case.outputs:
             got, want = case.buffers[name], expected[name]
-            if not np.all(np.isfinite(got)):
+            if not np.all(np.isfinite(got)):   # the random cases have finite results only
                 return False, float("inf")
-            diff = np.abs(got.astype(np.float64) - want)
-            with np.errstate(divide="ignore", invalid="ignore"):   # exact (0, 0) tolerances
-                err = np.where(diff == 0, 0.0, diff / (atol + rtol * np.abs(want)))
-            if np.isnan(err).any():            # a NaN reference must not pass silently
-                return False, float("inf")
-            worst = max(worst, float(err.max()) if err.size else 0.0)
+            worst = max(worst, compare(got, want, rtol, atol))
         return worst <= 1.0, worst
 
 

@@ -119,7 +119,10 @@ class JITEngine:
     def _build(self, bucket: int) -> StepProgram:
         """The program for steps of up to `bucket` tokens (op sites named `<site>@<bucket>`)."""
         c, isa, m = self.config, self.isa, self.model
-        P = ProgramBuilder(self.table, self.kernels, str(bucket), isa)
+        lo = max([b for b in self.buckets if b < bucket], default=0) + 1
+        head = min(bucket, self.max_seqs)          # rows needing logits: ~ one per sequence
+        P = ProgramBuilder(self.table, self.kernels, str(bucket), isa,
+                           ranges={"n": (lo, bucket), "m": (1, min(bucket, self.max_logits))})
         W = lambda name: m.tensor(name).data         # noqa: E731  raw GGUF bytes (mmap)
         S = self.small
 
@@ -219,7 +222,6 @@ class JITEngine:
             P.op(b + "ffn_swiglu", spec("swiglu", F=c.n_ff), g=self.g, u=self.u, y=self.g, n=N)
             linear(b + "ffn_down.weight", self.g, "g", self.x, N, fresh, acc=1)
         # ---- output head over the rows that need logits
-        head = min(bucket, self.max_seqs)          # rows needing logits: ~ one per sequence
         P.op("output_rows", choose("get_rows", "F32", isa, head, K=c.n_embd),
              w=self.x, ids=self.rows, y=self.xo, n=M)
         P.op("output_norm", spec("rms_norm", K=c.n_embd, eps=c.rms_eps),

@@ -17,7 +17,7 @@ from ..codegen import registry
 from ..codegen.kernels import Kernel, build
 from ..codegen.runtime import Program, aligned_zeros
 from ..codegen.spec import KernelSpec
-from ..dispatch import DispatchTable
+from ..dispatch import DispatchTable, check_counts
 
 
 class Dyn:
@@ -39,8 +39,12 @@ HEAVY_SLICES = 4
 
 
 class ProgramBuilder:
-    def __init__(self, table: DispatchTable, kernels: dict, label: str, isa):
+    def __init__(self, table: DispatchTable, kernels: dict, label: str, isa,
+                 ranges: dict | None = None):
+        """`ranges`: the values each per-step word takes in this program ({"n": (lo, hi), "m":
+        (lo, hi)}), so that every slot's candidate variants are checked at those counts."""
         self.table, self.kernels, self.label, self.isa = table, kernels, label, isa
+        self.ranges = ranges or {}
         self.ops: list[tuple[int, list, bool, int]] = []   # (slot, words, wait after, slices)
 
     def kernel(self, spec: KernelSpec) -> Kernel:
@@ -52,7 +56,11 @@ class ProgramBuilder:
         """Add an op: `args` maps the op's argument names to arrays, ints or Dyn words.
         `barrier=False`: the next op does not read this one's output, no need to wait."""
         words = [args[a] for a in registry.get_op(spec.op).args]
-        slot = self.table.add(f"{site}@{self.label}", self.kernel(spec))
+        count = args.get("n")
+        lo, hi = self.ranges.get(count.name, (3, 3)) if isinstance(count, Dyn) else (3, 3)
+        f = count.factor if isinstance(count, Dyn) else 1
+        slot = self.table.add(f"{site}@{self.label}", self.kernel(spec),
+                              check_counts(lo * f, hi * f))
         slices = HEAVY_SLICES if spec.op in HEAVY_OPS else 1
         self.ops.append((slot, words, barrier, slices))
 

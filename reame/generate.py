@@ -37,6 +37,7 @@ class Generation:
     stop: list[str] = field(default_factory=list)
     n_ctx: int = 0                              # context per sequence (0: unbounded)
     ignore_eos: bool = False
+    constraint: object = None                   # reame.structured.Constraint: a grammar
 
     def __post_init__(self):
         from .tokenizer import IncrementalDecoder
@@ -63,12 +64,16 @@ class Generation:
         return len(self.prompt_ids) + len(self.output_ids)
 
     def step(self, logits: np.ndarray) -> Step:
-        """Sample from the logits of the next position and advance."""
-        s = self.sampler.sample(logits)
+        """Sample from the logits of the next position and advance. With a constraint, only
+        tokens its grammar allows are drawn, and the grammar's completion ends the sequence."""
+        c = self.constraint
+        s = self.sampler.sample(logits, c.mask() if c is not None else None)
         tok = s.token
-        eog = tok in self.tokenizer.eog_ids and not self.ignore_eos
-        if eog:
+        eog = tok in self.tokenizer.eog_ids and (not self.ignore_eos or c is not None)
+        if eog:                                 # a grammar allows it only once complete
             return self._finish(Step(tok, "", s), "stop")
+        if c is not None:
+            c.accept(tok)
         self.output_ids.append(tok)
         self._held += self.decoder.push(tok)
         text = self._release(final=False)
@@ -76,6 +81,8 @@ class Generation:
         if self.finished:                                  # a stop sequence matched
             step.finish_reason = self.finish_reason
             return step
+        if c is not None and c.done:                       # the grammar is complete
+            return self._finish(step, "stop")
         if self.max_tokens is not None and len(self.output_ids) >= self.max_tokens:
             return self._finish(step, "length")
         if self.n_ctx and self.n_past >= self.n_ctx:

@@ -103,7 +103,9 @@ class Sampler:
         self.history.append(token)
         self.output_counts[token] += 1
 
-    def sample(self, logits: np.ndarray) -> Sampled:
+    def sample(self, logits: np.ndarray, allowed: np.ndarray | None = None) -> Sampled:
+        """The next token. `allowed` (bool [n_vocab], from a grammar: reame/structured.py)
+        restricts the choice to those tokens, after biases and penalties, before truncation."""
         p = self.p
         raw = np.asarray(logits, dtype=np.float32)
         x = raw.copy()
@@ -121,10 +123,15 @@ class Sampler:
             counts = np.fromiter(self.output_counts.values(), dtype=np.float32)
             x[ids] -= p.frequency_penalty * counts + p.presence_penalty
 
+        cand = None
+        if allowed is not None:
+            cand = np.flatnonzero(allowed)
+            if not len(cand):
+                raise ValueError("the grammar allows no token")
         if p.temperature == 0.0:
-            token = int(np.argmax(x))
+            token = int(np.argmax(x)) if cand is None else int(cand[np.argmax(x[cand])])
         else:
-            token = self._sample_random(x)
+            token = self._sample_random(x, cand)
         out = Sampled(token)
         if p.logprobs:
             lp = log_softmax(raw)
@@ -137,17 +144,17 @@ class Sampler:
         self.accept(token)
         return out
 
-    def _sample_random(self, x: np.ndarray) -> int:
+    def _sample_random(self, x: np.ndarray, cand: np.ndarray | None = None) -> int:
         """Truncate (top-k, top-p, min-p), apply the temperature, draw by inverse CDF. Works on
         the whole vocabulary without index copies when nothing truncates, and draws by a
         two-level inverse CDF: a 152k-token vocabulary costs ~0.3 ms a token, where numpy's
-        choice(p=...) took ~4 ms."""
+        choice(p=...) took ~4 ms. `cand`: the only token ids allowed (None: all of x)."""
         p = self.p
-        cand = None                                   # None: candidates are all of x, in order
-        logits = x
-        if 0 < p.top_k < len(x):
-            cand = np.argpartition(-x, p.top_k - 1)[:p.top_k]
-            logits = x[cand]
+        logits = x if cand is None else x[cand]       # cand None: all of x, in order
+        if 0 < p.top_k < len(logits):
+            sel = np.argpartition(-logits, p.top_k - 1)[:p.top_k]
+            cand = sel if cand is None else cand[sel]
+            logits = logits[sel]
         if p.top_p < 1.0 or p.min_p > 0.0:
             if cand is None:
                 cand = np.arange(len(x))

@@ -23,6 +23,7 @@ import logging
 import queue
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Iterator
 
 from dataclasses import dataclass
@@ -150,6 +151,7 @@ class Scheduler:
         self._started = False
         self._thread: threading.Thread | None = None
         self.steps = 0                              # forward calls so far
+        self._masks: ThreadPoolExecutor | None = None   # grammar masks beside the forward pass
 
     @property
     def max_seqs(self) -> int:
@@ -283,8 +285,11 @@ class Scheduler:
                 for seq in plan.admitted:
                     seq.owner.admitted = True
                     self._n_waiting -= self._queued.pop(id(seq), 0)
+        masks = self._prepare_masks(plan)
         try:
             logits = self.engine.forward(plan.batch)
+            if masks is not None:
+                masks.result()
         except Exception as e:                      # fail only the requests in this batch
             log.exception("engine.forward failed on a batch of %d tokens", len(plan.batch))
             for r in {id(w.seq.owner): w.seq.owner for w in plan.work}.values():
@@ -308,6 +313,19 @@ class Scheduler:
         for r in ended.values():               # after every event of the step is out
             self._maybe_done(r)
         return True
+
+    def _prepare_masks(self, plan):
+        """Start computing the grammar masks of the constrained sequences that sample in this
+        step, on a worker thread, so that they overlap the forward pass (llguidance and the
+        engine's native code both run without the GIL)."""
+        from .structured import prepare_all
+        cons = [s.gen.constraint for w in plan.work if w.row >= 0
+                for s in [w.seq, *w.seq.siblings] if s.gen.constraint is not None]
+        if not cons:
+            return None
+        if self._masks is None:
+            self._masks = ThreadPoolExecutor(1, thread_name_prefix="reame-masks")
+        return self._masks.submit(prepare_all, cons)
 
     def _idle_wait(self, now: float) -> float:
         deadlines = [r.deadline for r in self._requests.values() if r.deadline]

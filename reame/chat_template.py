@@ -16,6 +16,24 @@ System messages: a template that rejects a system message (Gemma's raises) or dr
 detected once, by rendering a probe conversation; for such a template the system message is
 folded into the first user message as "<system>\\n\\n<user>" (what llama.cpp does too).
 
+Tools (OpenAI shapes): `tools` reaches the template as given. Assistant messages with
+`tool_calls` (`[{"id", "type": "function", "function": {"name", "arguments": "<JSON>"}}]`) are
+passed with each `arguments` string decoded into an object when it is a JSON object (templates
+write `arguments | tojson`, as transformers users pass them); `tool` messages keep
+`tool_call_id` and `content`. What a template cannot render is found once, by probe
+conversations (`ChatTemplate.tool_support`), and filled in the way llama.cpp's minja does:
+- no tool list (SmolLM3's, Phi-3.5's, ChatML): `tool_format.instructions(tools)` is appended to
+  the system message (one is added if there is none);
+- no tool calls: the calls are written into the assistant content in the model's format
+  (`tool_format.render`, e.g. `<tool_call>...</tool_call>`);
+- no tool role: tool results become one user message of `<tool_response>...</tool_response>`;
+- one call per message only (Llama 3.x): parallel calls are split into consecutive messages;
+- content that must not be null / must be a string: null or "" chosen as the template accepts;
+- 9-character call ids (Mistral's templates): ids are mapped to 9 hex characters derived from
+  them (the same id always maps to the same one, in calls and results alike).
+`tool_format` is the output format the template teaches (reame.toolcalls.detect_format, or
+the Hermes fallback).
+
 Fallback when the GGUF has no template: ChatML when the vocabulary has `<|im_start|>` and
 `<|im_end|>`, else the plain format
 
@@ -26,8 +44,11 @@ Fallback when the GGUF has no template: ChatML when the vocabulary has `<|im_sta
 
 from __future__ import annotations
 
+import hashlib
 import json
+from dataclasses import dataclass
 from datetime import datetime
+from functools import cached_property
 from typing import Any, Iterable
 
 import jinja2
@@ -35,6 +56,7 @@ from jinja2 import nodes
 from jinja2.ext import Extension, loopcontrols
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+from . import toolcalls
 from .errors import TemplateError
 
 CHATML = (
@@ -115,8 +137,65 @@ def normalize_messages(messages: Iterable[dict]) -> list[dict]:
                     raise TemplateError(f"message {i}: content part of type {kind!r} is not "
                                         "supported (only text parts)")
             m["content"] = "\n".join(texts)
+        if "tool_calls" in m and not m["tool_calls"]:
+            del m["tool_calls"]         # Llama's templates test `'tool_calls' in message`
         out.append(m)
     return out
+
+
+@dataclass(frozen=True)
+class ToolSupport:
+    """What a template renders of a tool conversation (found by probing it)."""
+    tools: bool            # the `tools` list appears in the prompt
+    calls: bool            # assistant `tool_calls` appear (name and arguments)
+    responses: bool        # `tool` messages appear
+    parallel: bool         # several calls in one assistant message render
+    null_content: bool     # an assistant message with calls may have content None
+    short_ids: bool        # call ids must be 9 alphanumeric characters (Mistral)
+
+
+_P_FN, _P_FN2 = "\ue000probe_fn_a", "\ue000probe_fn_b"
+_P_ARG, _P_RES = "\ue000probe_arg", "\ue000probe_result"
+_P_LONG_ID, _P_SHORT_ID = "call_0123456789abcdef01234567", "a0b1c2d3e"
+
+
+def _short_id(call_id) -> str:
+    s = str(call_id)
+    if len(s) == 9 and s.isalnum():
+        return s
+    return hashlib.sha256(s.encode()).hexdigest()[:9]
+
+
+def _arguments_text(args) -> str:
+    return args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
+
+
+def _openai_call(call) -> "toolcalls.ToolCall":
+    f = call.get("function") if isinstance(call, dict) else None
+    f = f if isinstance(f, dict) else {}
+    return toolcalls.ToolCall(str(f.get("name", "")), _arguments_text(f.get("arguments", {})),
+                              str(call.get("id", "")) if isinstance(call, dict) else "")
+
+
+def _template_call(call) -> dict:
+    """An OpenAI tool call as templates read it: `function.arguments` an object when the
+    JSON string holds one."""
+    if not isinstance(call, dict):
+        return call
+    call = dict(call)
+    f = call.get("function")
+    if isinstance(f, dict):
+        f = dict(f)
+        args = f.get("arguments")
+        if isinstance(args, str):
+            try:
+                value = json.loads(args)
+            except ValueError:
+                value = None
+            if isinstance(value, dict):
+                f["arguments"] = value
+        call["function"] = f
+    return call
 
 
 class ChatTemplate:
@@ -198,10 +277,115 @@ class ChatTemplate:
     def render(self, messages: list[dict], add_generation_prompt: bool = True, tools=None,
                **extra) -> str:
         """The prompt text. Raises TemplateError (one line) when the template fails."""
-        return self._render_raw(self._prepare(messages), add_generation_prompt, tools, extra)
+        return self._render_raw(self._prepare(messages, tools), add_generation_prompt, tools,
+                                extra)
 
-    def _prepare(self, messages) -> list[dict]:
+    # -- tools ----------------------------------------------------------------------------
+
+    @cached_property
+    def tool_format(self) -> "toolcalls.ToolFormat":
+        """The tool-call format of this template's model (the Hermes fallback when the
+        template has none)."""
+        return toolcalls.detect_format(self.source) or toolcalls.HERMES_FALLBACK
+
+    def _probe(self, messages, tools=None) -> str | None:
+        try:
+            return self._render_raw(self._fold_system(normalize_messages(messages)), True,
+                                    tools, {})
+        except TemplateError:
+            return None
+
+    @cached_property
+    def tool_support(self) -> ToolSupport:
+        tool = {"type": "function", "function": {
+            "name": _P_FN, "description": "probe",
+            "parameters": {"type": "object", "properties": {"k": {"type": "string"}}}}}
+        out = self._probe([{"role": "user", "content": "u"}], [tool])
+        tools_ok = out is not None and _P_FN in out
+
+        def conversation(content, call_id, names):
+            calls = [{"id": f"{call_id[:-1]}{k}", "type": "function",
+                      "function": {"name": n, "arguments": {"k": _P_ARG}}}
+                     for k, n in enumerate(names)]
+            results = [{"role": "tool", "tool_call_id": c["id"], "content": _P_RES}
+                       for c in calls]
+            return [{"role": "user", "content": "u"},
+                    {"role": "assistant", "content": content, "tool_calls": calls}, *results]
+
+        rendered = None                 # (out, content, id) of the first variant that renders
+        chosen = None                   # ... of the first that shows the call
+        for content in (None, ""):
+            for call_id in (_P_LONG_ID, _P_SHORT_ID):
+                out = self._probe(conversation(content, call_id, [_P_FN]))
+                if out is None:
+                    continue
+                rendered = rendered or (out, content, call_id)
+                if _P_FN in out and _P_ARG in out:
+                    chosen = chosen or (out, content, call_id)
+        calls_ok = chosen is not None
+        out, content, call_id = chosen or rendered or ("", "", _P_LONG_ID)
+        parallel = False
+        if calls_ok:
+            two = self._probe(conversation(content, call_id, [_P_FN, _P_FN2]))
+            parallel = two is not None and _P_FN in two and _P_FN2 in two
+        return ToolSupport(tools=tools_ok, calls=calls_ok, responses=_P_RES in out,
+                           parallel=parallel, null_content=content is None,
+                           short_ids=call_id == _P_SHORT_ID)
+
+    def _prepare_tools(self, msgs: list[dict], tools) -> list[dict]:
+        caps, fmt = self.tool_support, self.tool_format
+        empty = None if caps.null_content else ""
+        out: list[dict] = []
+        responses_at = -1               # index in `out` of a user message of tool responses
+        for m in msgs:
+            role = m.get("role")
+            if role == "assistant" and m.get("tool_calls"):
+                calls = [_template_call(c) for c in m["tool_calls"]]
+                if caps.short_ids:
+                    calls = [dict(c, id=_short_id(c["id"])) if isinstance(c, dict) and
+                             "id" in c else c for c in calls]
+                content = m.get("content")
+                if not caps.calls:
+                    text = fmt.render([_openai_call(c) for c in m["tool_calls"]])
+                    m = {k: v for k, v in m.items() if k != "tool_calls"}
+                    m["content"] = (content + "\n" if content else "") + text
+                    out.append(m)
+                    continue
+                content = content or empty
+                if caps.parallel or len(calls) == 1:
+                    out.append(dict(m, content=content, tool_calls=calls))
+                else:
+                    for k, c in enumerate(calls):
+                        out.append(dict(m, content=content if k == 0 else empty,
+                                        tool_calls=[c]))
+                continue
+            if role == "tool":
+                if caps.short_ids and m.get("tool_call_id") is not None:
+                    m = dict(m, tool_call_id=_short_id(m["tool_call_id"]))
+                if not caps.responses:
+                    text = f"<tool_response>\n{m.get('content') or ''}\n</tool_response>"
+                    if responses_at == len(out) - 1 and out:
+                        out[-1]["content"] += "\n" + text
+                    else:
+                        out.append({"role": "user", "content": text})
+                        responses_at = len(out) - 1
+                    continue
+            out.append(m)
+        if tools and not caps.tools:
+            text = fmt.instructions(tools)
+            if out and out[0].get("role") == "system":
+                out[0] = dict(out[0], content=(out[0].get("content") or "") + "\n\n" + text)
+            else:
+                out.insert(0, {"role": "system", "content": text})
+        return out
+
+    def _prepare(self, messages, tools=None) -> list[dict]:
         msgs = normalize_messages(messages)
+        if tools or any(m.get("tool_calls") or m.get("role") == "tool" for m in msgs):
+            msgs = self._prepare_tools(msgs, tools)
+        return self._fold_system(msgs)
+
+    def _fold_system(self, msgs: list[dict]) -> list[dict]:
         if not self.supports_system_role and msgs and msgs[0].get("role") == "system":
             system = msgs.pop(0).get("content") or ""
             for m in msgs:
@@ -224,7 +408,7 @@ class ChatTemplate:
         Contents are located by rendering once more with each content that spells a special
         token replaced by a unique marker; when a template transforms contents so that the
         markers do not come back verbatim, such contents are located by search instead."""
-        msgs = self._prepare(messages)
+        msgs = self._prepare(messages, tools)
         text = self._render_raw(msgs, add_generation_prompt, tools, extra)
         segments = self._segments(tok, msgs, text, add_generation_prompt, tools, extra)
         ids = tok.encode_segments(segments, add_special=False)

@@ -166,8 +166,8 @@ class Constraint:
     def mask(self) -> np.ndarray:
         """bool [n_vocab]: the tokens the grammar allows next."""
         self.prepare()
-        allowed = np.unpackbits(self._bits.view(np.uint8), bitorder="little")[:self.n_vocab]
-        return allowed.astype(bool)
+        return np.unpackbits(self._bits.view(np.uint8), count=self.n_vocab,
+                             bitorder="little").view(bool)
 
     def accept(self, token: int) -> None:
         """Advance past a sampled token (it was allowed)."""

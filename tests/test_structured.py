@@ -191,3 +191,21 @@ def test_sampler_respects_the_mask_at_every_temperature(tok):
         s = Sampler(p, [])
         for _ in range(50):
             assert s.sample(logits, allowed).token in (7, 500, 9000)
+
+
+def test_sampler_never_draws_a_blocked_token_when_most_are_allowed(tok):
+    """The dense path (free text: nearly every token allowed): the blocked tokens have the
+    largest logits by far and still never come out, with or without truncation."""
+    from reame.sampling import Sampler
+    rng = np.random.default_rng(1)
+    logits = rng.standard_normal(tok.n_vocab).astype(np.float32)
+    blocked = [3, 77, 4000]
+    logits[blocked] = 50.0
+    allowed = np.ones(tok.n_vocab, bool)
+    allowed[blocked] = False
+    for p in (SamplingParams(temperature=0), SamplingParams(temperature=2.0, seed=1),
+              SamplingParams(temperature=1, top_k=5, seed=2),
+              SamplingParams(temperature=1, top_p=0.9, seed=3)):
+        s = Sampler(p, [])
+        for _ in range(100):
+            assert s.sample(logits, allowed).token not in blocked

@@ -364,7 +364,8 @@ class ToolCallStream:
         self._buf = ""                  # unconsumed text of the current state
         self._fresh = fmt.at_start      # nothing released yet: a bare `{` may open a section
         self._skip_ws = False           # drop whitespace after a closed section
-        self._revert = None             # (text to release, text to rescan) until a call commits
+        self._revert = ""               # marker text to release if the section holds no call
+        self._consumed = ""             # section text consumed before its first call commits
         self._committed = False         # the current section holds a call
         self._depth = 0                 # JSON nesting in arguments / envelope
         self._in_str = self._esc = False
@@ -413,7 +414,8 @@ class ToolCallStream:
         call.arguments += text
         i = len(self.calls) - 1
         last = self._out[-1] if self._out else None
-        if last and "tool_calls" in last and last["tool_calls"][0]["index"] == i:
+        if last and "tool_calls" in last and last["tool_calls"][0]["index"] == i \
+                and "id" not in last["tool_calls"][0]:             # never into the header
             last["tool_calls"][0]["function"]["arguments"] += text
         else:
             self._out.append({"tool_calls": [{"index": i, "function": {"arguments": text}}]})
@@ -442,8 +444,7 @@ class ToolCallStream:
                 return False
             self._fresh = False
             if s.startswith("{"):
-                self._revert = ("", buf)
-                self._committed = False
+                self._revert, self._consumed, self._committed = "", "", False
                 return self._goto("head", buf)
         hits = [(i, t) for t in self.fmt.triggers if (i := buf.find(t)) >= 0]
         if hits:
@@ -451,10 +452,8 @@ class ToolCallStream:
             before = buf[:i]
             kept = before.rstrip(_WS)
             self._emit_content(kept)
-            after = buf[i + len(t):]
-            self._revert = (before[len(kept):] + t, after)
-            self._committed = False
-            return self._goto("open", after)
+            self._revert, self._consumed, self._committed = before[len(kept):] + t, "", False
+            return self._goto("open", buf[i + len(t):])
         if final:
             self._emit_content(buf)
             self._buf = ""
@@ -473,10 +472,9 @@ class ToolCallStream:
         """The section does not hold a call after all: its text is content."""
         if self._committed:                 # a later call failed: the rest is content
             return self._end_section(self._buf)
-        released, rescan = self._revert
-        self._emit_content(released)
+        self._emit_content(self._revert)
         self._fresh = False
-        return self._goto("text", rescan)
+        return self._goto("text", self._consumed + self._buf)
 
     def _match(self, key: str, final: bool):
         """'wait', 'fail' or the match of pattern `key` at the start of the buffer."""
@@ -493,6 +491,7 @@ class ToolCallStream:
             return False
         if m == "fail":
             return self._fail()
+        self._consumed += self._buf[:m.end()]
         return self._goto("head", self._buf[m.end():])
 
     def _st_head(self, final: bool) -> bool:
@@ -506,7 +505,6 @@ class ToolCallStream:
         except ValueError:
             return self._fail()
         self._committed = True
-        self._revert = None
         i = len(self.calls)
         call = ToolCall(name, "")
         self.calls.append(call)

@@ -27,6 +27,8 @@ import itertools
 from collections import deque
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from .batch import Batch
 from .kv_blocks import ROOT, BlockPool
 
@@ -60,8 +62,13 @@ class Seq:
     cache, its blocks and its slot. `siblings` are the other choices of its prompt, forked off
     it once the prompt is computed."""
 
-    def __init__(self, tokens: list[int], gen=None, owner=None, index: int = 0):
+    def __init__(self, tokens: list[int], gen=None, owner=None, index: int = 0,
+                 pooling: str | None = None):
         self.tokens = list(tokens)
+        # an embedding: no sampling; the final hidden states of the prompt are pooled
+        # ("mean" over every token, or the "last" token's) once it is computed
+        self.pooling = pooling
+        self.pooled: np.ndarray | None = None
         self.n_prompt = len(self.tokens)
         self.gen, self.owner, self.index = gen, owner, index
         self.n_computed = 0
@@ -92,6 +99,7 @@ class Work:
     start: int          # first position computed
     n: int              # tokens computed
     row: int = -1       # logits row (the chunk reaches the last token), else -1
+    offset: int = 0     # index of its first token in the step's batch
 
 
 @dataclass
@@ -167,11 +175,11 @@ class Planner:
         work, tokens, positions, slots, rows = [], [], [], [], []
         for seq, n in decode + chunks:
             start = seq.n_computed
-            w = Work(seq, start, n)
+            w = Work(seq, start, n, offset=len(tokens))
             tokens += seq.tokens[start:start + n]
             positions += range(start, start + n)
             slots += [seq.slot] * n
-            if start + n == len(seq.tokens):
+            if start + n == len(seq.tokens) and seq.pooling is None:
                 w.row = len(rows)
                 rows.append(len(tokens) - 1)
             work.append(w)
@@ -240,6 +248,8 @@ class Planner:
         """Cached blocks of seq's longest cached prefix, leaving at least one token to compute
         (its logits are needed)."""
         n_full = (len(seq.tokens) - 1) // self.bs
+        if seq.pooling == "mean":               # every token's hidden state is needed
+            n_full = 0
         if len(seq.hashes) < n_full:
             parent = seq.hashes[-1] if seq.hashes else ROOT
             seq.hashes += self.pool.hashes(seq.tokens[:n_full * self.bs], parent, len(seq.hashes))
@@ -265,9 +275,10 @@ class Planner:
 
     # ---- apply ----
 
-    def apply(self, plan: StepPlan, logits) -> list[Outcome]:
+    def apply(self, plan: StepPlan, logits, hidden=None) -> list[Outcome]:
         """Advance every planned sequence; sample those whose last token was computed (logits
-        row w.row), fork siblings, finish and free. Returns what each sampled sequence did."""
+        row w.row), fork siblings, finish and free. Returns what each sampled sequence did.
+        `hidden(lo, hi)`: the final hidden states of batch tokens lo..hi-1 (embeddings)."""
         out = []
         for w in plan.work:
             seq = w.seq
@@ -275,6 +286,12 @@ class Planner:
                 continue
             seq.n_computed += w.n
             self._register_full(seq)
+            if seq.pooling is not None:
+                done = self._pool(seq, w, hidden)
+                if done is not None:
+                    out.append(Outcome(seq, done))
+                    self.finish(seq)
+                continue
             if w.row < 0:
                 continue
             row = logits[w.row]
@@ -291,6 +308,21 @@ class Planner:
                 else:
                     s.tokens.append(step.token)
         return out
+
+    @staticmethod
+    def _pool(seq: Seq, w: Work, hidden):
+        """Add this chunk's hidden states to an embedding; the unit-length vector once the
+        whole prompt is in, else None."""
+        h = np.asarray(hidden(w.offset, w.offset + w.n), np.float64)
+        if seq.pooling == "mean":
+            seq.pooled = h.sum(0) if seq.pooled is None else seq.pooled + h.sum(0)
+        else:
+            seq.pooled = h[-1]
+        if seq.n_computed < len(seq.tokens):
+            return None
+        v = seq.pooled / (len(seq.tokens) if seq.pooling == "mean" else 1)
+        norm = np.linalg.norm(v)
+        return (v / norm if norm > 0 else v).astype(np.float32)
 
     def _register_full(self, seq: Seq) -> None:
         full = seq.n_computed // self.bs
@@ -372,6 +404,7 @@ class Planner:
         its tokens when readmitted (its full blocks most likely still cached)."""
         self._release(seq)
         seq.n_computed = seq.n_registered = 0
+        seq.pooled = None
         seq.state = WAITING
         seq.n_preempted += 1
         self.preemptions += 1

@@ -154,5 +154,11 @@ class ReferenceEngine:
             h = rms_norm(x, w[p + "ffn_norm.weight"], c.rms_eps)
             g = silu(self.linear(h, p + "ffn_gate.weight")) * self.linear(h, p + "ffn_up.weight")
             x = x + self.linear(g, p + "ffn_down.weight")             # g: [n, n_ff]
+        self._last_x = x                                              # for final_hidden()
         x = rms_norm(x[batch.logits_rows], w["output_norm.weight"], c.rms_eps)
         return self.linear(x, self.out_name)                          # [m, n_vocab]
+
+    def final_hidden(self, lo: int, hi: int) -> np.ndarray:
+        """The final hidden states (after the output norm) of tokens lo..hi-1 of the last
+        forward's batch: what embeddings pool."""
+        return rms_norm(self._last_x[lo:hi], self.w["output_norm.weight"], self.config.rms_eps)

@@ -28,6 +28,8 @@ from typing import Iterator
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from .generate import Generation, Step
 from .planner import DONE as SEQ_DONE
 from .planner import Planner, SchedulerParams, Seq
@@ -64,6 +66,20 @@ class Event:
     finish_reason: str | None = None
     text: str = ""              # text released with an early finish
     error: BaseException | None = None
+    embedding: "np.ndarray | None" = None   # an embedding request's unit-length vector
+
+
+class _Pooled:
+    """What an embedding sequence has in place of a Generation: it samples nothing."""
+    constraint = None
+    output_ids = ()
+
+    def __init__(self):
+        self.finished = False
+
+    def finish(self, reason: str) -> str:
+        self.finished = True
+        return ""
 
 
 DONE = None                     # sentinel: the request has no more events
@@ -180,18 +196,38 @@ class Scheduler:
             seqs[0].siblings = seqs[1:]
             req.seqs += seqs
             req.leads.append(seqs[0])
+        self._enqueue(req, index)
+        return req
+
+    def _enqueue(self, req: Request, n_seqs: int) -> None:
         with self._cond:
             if self._stop or (self._started and not self.alive):
                 raise SchedulerStopped("the engine is not running")
             busy = self._n_waiting or self._requests or self._inbox
             free = max(0, self.params.max_batch - self.planner.n_running)
-            if busy and self._n_waiting + index > self.params.max_waiting + free:
+            if busy and self._n_waiting + n_seqs > self.params.max_waiting + free:
                 raise QueueFull(f"{self._n_waiting} sequences are waiting")
-            self._n_waiting += index
+            self._n_waiting += n_seqs
             for lead in req.leads:
                 self._queued[id(lead)] = 1 + len(lead.siblings)
             self._inbox.append(req)
             self._cond.notify()
+
+    def submit_embeddings(self, prompts: list[list[int]], pooling: str = "mean",
+                          timeout: float | None = None) -> Request:
+        """Queue an embedding request: one sequence per prompt, computed like any prompt
+        (batched with the running sequences, chunked, preemptible) and pooled from the final
+        hidden states ("mean" or "last" token); each ends with an Event carrying `embedding`."""
+        if pooling not in ("mean", "last"):
+            raise ValueError(f"pooling {pooling!r}: mean or last")
+        req = Request(self, timeout)
+        for i, prompt in enumerate(prompts):
+            if not prompt:
+                raise ValueError("empty prompt")
+            seq = Seq(prompt, _Pooled(), req, i, pooling=pooling)
+            req.seqs.append(seq)
+            req.leads.append(seq)
+        self._enqueue(req, len(prompts))
         return req
 
     @property
@@ -298,9 +334,14 @@ class Scheduler:
         self.steps += 1
         t = time.monotonic()
         ended = {}
-        for o in self.planner.apply(plan, logits):
+        for o in self.planner.apply(plan, logits, getattr(self.engine, "final_hidden", None)):
             r = o.seq.owner
             if r.finished:
+                continue
+            if o.seq.pooling is not None and o.error is None:
+                o.seq.gen.finished = True
+                r.out.put(Event(o.seq.index, None, t, finish_reason="stop", embedding=o.step))
+                ended[id(r)] = r
                 continue
             if o.error is not None:
                 log.error("sampling failed", exc_info=o.error)

@@ -44,6 +44,11 @@ class FakeEngine:
         self.max_tokens = 512
         self.batches = []
 
+    def final_hidden(self, lo, hi):
+        """Each token's "hidden state": (token id, position + 1)."""
+        b = self.batches[-1]
+        return np.stack([b.tokens[lo:hi], b.positions[lo:hi] + 1], 1).astype(np.float64)
+
     def forward(self, batch):
         self.batches.append(batch)
         t = batch.tokens.astype(np.float32).reshape(-1, 1, 1)
@@ -380,3 +385,37 @@ def test_a_sequence_larger_than_the_pool_is_an_error_not_a_hang():
     request(p, list(range(3, 20)))
     with pytest.raises(RuntimeError, match="cannot fit a KV pool of 3 blocks"):
         p.plan()
+
+
+@pytest.mark.parametrize("pooling", ["mean", "last"])
+def test_embedding_pools_every_chunk_and_restarts_after_preemption(pooling):
+    """An embedding sequence (no sampling) computed in chunks of 4, preempted after two chunks
+    and readmitted: the vector is the pooled (token, position) pairs of its whole prompt, as if
+    computed in one go; mean pooling takes nothing from the prefix cache."""
+    p, eng = make(bs=4, prefill_chunk=4)
+    toks = prompt(np.random.default_rng(13), 14)
+    request(p, toks, max_tokens=1)                         # the same prompt, cached
+    run_all(p, eng)
+    e = Seq(toks, None, index=0, pooling=pooling)
+    p.add(e)
+
+    def step():
+        plan = p.plan()
+        outs = p.apply(plan, eng.forward(plan.batch), eng.final_hidden)
+        p.check()
+        return plan, outs
+    plan, outs = step()
+    assert plan.work[0].row == -1                           # no logits wanted
+    if pooling == "mean":
+        assert plan.work[0].start == 0 and e.n_cached == 0
+        step()
+        p.preempt(e)
+    else:
+        assert plan.work[0].start == 12                     # the cached prefix is skipped
+    while not outs:
+        _, outs = step()
+    (o,) = outs
+    h = np.stack([toks, np.arange(1, 15)], 1).astype(np.float64)
+    v = h.mean(0) if pooling == "mean" else h[-1]
+    np.testing.assert_allclose(o.step, v / np.linalg.norm(v), rtol=1e-6)
+    assert e.state == DONE and p.pool.used == 0

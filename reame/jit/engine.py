@@ -253,6 +253,15 @@ class JITEngine:
         self.pool.run(prog.program.words)
         return self.logits[:mrows].copy()
 
+    def final_hidden(self, lo: int, hi: int) -> np.ndarray:
+        """The final hidden states (after the output norm) of tokens lo..hi-1 of the last
+        forward's batch: what embeddings pool. The program leaves every token's final residual
+        in `x`; the norm of a few rows is done here."""
+        x = self.x[lo:hi].astype(np.float64)
+        w = self.small["output_norm.weight"]
+        return (x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + self.config.rms_eps)
+                * w).astype(np.float32)
+
     def _check(self, batch: Batch, n: int) -> None:
         """Every index the kernels will follow is in range (they do not check)."""
         if n <= 16:                               # decode steps: Python beats numpy on tiny arrays

@@ -1,15 +1,18 @@
 """Chat templates: every shared template renders a system/user/assistant/user conversation; three
 render exactly the format their models document; the HF-compatible environment; fallbacks;
-errors; injection-safe prompt encoding."""
+errors; injection-safe prompt encoding; tool conversations (tools, assistant tool calls, tool
+results) as each template places them, and filled in where a template cannot."""
 
 from __future__ import annotations
 
 import json
+import re
 from datetime import datetime
 
 import pytest
 from conftest import shared_dir, shared_path
 
+from reame import toolcalls
 from reame.chat_template import CHATML, PLAIN, ChatTemplate
 from reame.errors import TemplateError
 from reame.gguf_file import GGUFFile
@@ -241,3 +244,235 @@ def test_encode_no_double_bos():
     # a template without bos_token still gets the BOS the vocabulary asks for
     ids = ChatTemplate("{{ messages[0].content }}").encode(tok, CONV[1:2])
     assert ids[0] == 128000 and tok.decode(ids[1:]) == "Hi"
+
+
+# -- tools ------------------------------------------------------------------------------------
+
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "Current weather in a city",
+    "parameters": {"type": "object", "properties": {
+        "city": {"type": "string"}, "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
+        "required": ["city"]}}}
+CALL_ID = "call_9f2c1e0b7a6d5c4b3a291807"
+ARGS = '{"city": "Paris", "unit": "celsius"}'
+RESULT = '{"temperature": 21, "sky": "clear"}'
+TOOL_CONV = [
+    {"role": "system", "content": "You are terse."},
+    {"role": "user", "content": "Weather in Paris?"},
+    {"role": "assistant", "content": None, "tool_calls": [
+        {"id": CALL_ID, "type": "function", "function": {"name": "get_weather", "arguments": ARGS}}]},
+    {"role": "tool", "tool_call_id": CALL_ID, "content": RESULT},
+    {"role": "assistant", "content": "21 °C and clear."},
+    {"role": "user", "content": "Thanks!"},
+]
+TOOL_JSON = json.dumps(WEATHER, ensure_ascii=False)
+
+
+def render_tools(name, conv=TOOL_CONV, bos="<s>", eos="</s>", **kw):
+    return load(name, bos, eos).render(conv, tools=[WEATHER], **kw)
+
+
+def in_order(out, *parts):
+    at = 0
+    for p in parts:
+        i = out.find(p, at)
+        assert i >= 0, (p, out)
+        at = i + len(p)
+
+
+@pytest.mark.parametrize("name", ["Qwen-Qwen2.5-7B-Instruct", "Qwen-Qwen3-0.6B"])
+def test_tool_conversation_qwen(name):
+    out = render_tools(name)
+    in_order(out, "<|im_start|>system\nYou are terse.\n\n# Tools", "<tools>\n" + TOOL_JSON + "\n</tools>",
+             "<|im_start|>user\nWeather in Paris?<|im_end|>\n",
+             '<|im_start|>assistant\n<tool_call>\n{"name": "get_weather", "arguments": '
+             + ARGS + "}\n</tool_call><|im_end|>\n",
+             "<|im_start|>user\n<tool_response>\n" + RESULT + "\n</tool_response><|im_end|>\n",
+             "<|im_start|>assistant\n21 °C and clear.<|im_end|>\n",
+             "<|im_start|>user\nThanks!<|im_end|>\n<|im_start|>assistant\n")
+
+
+@pytest.mark.parametrize("name", ["meta-llama-Llama-3.1-8B-Instruct", "meta-llama-Llama-3.2-3B-Instruct"])
+def test_tool_conversation_llama3(name):
+    out = render_tools(name, bos="<|begin_of_text|>", eos="<|eot_id|>")
+    in_order(out, "<|start_header_id|>system<|end_header_id|>\n\nEnvironment: ipython\n",
+             "You are terse.<|eot_id|><|start_header_id|>user<|end_header_id|>\n\n",
+             'Respond in the format {"name": function name, "parameters": dictionary',
+             json.dumps(WEATHER, indent=4, ensure_ascii=False), "Weather in Paris?<|eot_id|>",
+             '<|start_header_id|>assistant<|end_header_id|>\n\n{"name": "get_weather", '
+             '"parameters": ' + ARGS + "}<|eot_id|>",
+             "<|start_header_id|>ipython<|end_header_id|>\n\n" + json.dumps(RESULT) + "<|eot_id|>",
+             "21 °C and clear.<|eot_id|>", "Thanks!<|eot_id|>",
+             "<|start_header_id|>assistant<|end_header_id|>\n\n")
+
+
+def test_tool_conversation_mistral_nemo():
+    out = render_tools("mistralai-Mistral-Nemo-Instruct-2407")
+    short = re.search(r'"id": "([0-9a-f]{9})"', out).group(1)   # the template wants 9 characters
+    in_order(out, "<s>[INST]Weather in Paris?[/INST]",
+             '[TOOL_CALLS][{"name": "get_weather", "arguments": ' + ARGS + ', "id": "' + short
+             + '"}]</s>',
+             '[TOOL_RESULTS]{"content": ' + RESULT + ', "call_id": "' + short + '"}[/TOOL_RESULTS]',
+             "21 °C and clear.</s>",
+             '[AVAILABLE_TOOLS][{"type": "function", "function": {"name": "get_weather", '
+             '"description": "Current weather in a city", "parameters": ',
+             "[/AVAILABLE_TOOLS][INST]You are terse.\n\nThanks![/INST]")
+
+
+def test_tool_conversation_smollm3_filled_in():
+    """This SmolLM3 template renders neither tools nor calls: both are written in the Hermes
+    format (tools in the system message, the call in the assistant's content)."""
+    tpl = load("HuggingFaceTB-SmolLM3-3B")
+    assert tpl.tool_format is toolcalls.HERMES_FALLBACK
+    out = tpl.render(TOOL_CONV, tools=[WEATHER])
+    in_order(out, "<|im_start|>system\n", "You are terse.\n\n# Tools\n", TOOL_JSON,
+             "<tool_call>\n{\"name\": \"<function-name>\"", "<|im_end|>\n",
+             "<|im_start|>user\nWeather in Paris?<|im_end|>\n",
+             '<|im_start|>assistant\n<tool_call>\n{"name": "get_weather", "arguments": '
+             + ARGS + "}\n</tool_call><|im_end|>\n",
+             "<|im_start|>user\n" + RESULT + "<|im_end|>\n",      # the template's tool turn
+             "<|im_start|>assistant\n21 °C and clear.<|im_end|>\n")
+
+
+def test_tool_conversation_granite():
+    out = render_tools("ibm-granite-granite-3.3-2B-Instruct")
+    in_order(out, "<|start_of_role|>system<|end_of_role|>You are terse.<|end_of_text|>\n",
+             "<|start_of_role|>available_tools<|end_of_role|>"
+             + json.dumps([WEATHER], indent=4, ensure_ascii=False) + "<|end_of_text|>\n",
+             "<|start_of_role|>user<|end_of_role|>Weather in Paris?<|end_of_text|>\n",
+             '<|start_of_role|>assistant<|end_of_role|><|tool_call|>[{"name": "get_weather", '
+             '"arguments": ' + ARGS + "}]<|end_of_text|>\n",
+             "<|start_of_role|>tool<|end_of_role|>" + RESULT + "<|end_of_text|>\n",
+             "<|start_of_role|>assistant<|end_of_role|>21 °C and clear.<|end_of_text|>\n")
+
+
+@pytest.mark.parametrize("name", TEMPLATES)
+def test_every_template_renders_a_tool_conversation_that_parses_back(name):
+    """Whatever a template can do natively or by fill-in: the tools, the call and the result
+    reach the prompt, and the prompt's call reads back as the same call in the template's
+    format (the model sees its own format)."""
+    tpl = load(name)
+    out = tpl.render(TOOL_CONV, tools=[WEATHER])
+    assert "get_weather" in out and "Current weather in a city" in out and "21 °C" in out
+    assert re.search(r'"temperature\\?": 21', out) and '"city": "Paris"' in out   # Llama quotes
+    fmt = tpl.tool_format
+    hits = [c for i in range(len(out)) for c in [fmt.parse(out[i:])[1]] if c][:1]
+    if name.startswith("meta-llama"):            # bare JSON: it starts right after the header
+        hits = [fmt.parse(out.split("<|end_header_id|>\n\n")[3].split("<|eot_id|>")[0])[1]]
+    assert hits and [(c.name, json.loads(c.arguments)) for c in hits[0]] == \
+        [("get_weather", json.loads(ARGS))], out
+
+
+EXPECTED_SUPPORT = {   # tools, calls, responses, parallel, null_content, short_ids
+    "Qwen-Qwen2.5-7B-Instruct": (True, True, True, True, True, False),
+    "Qwen-Qwen3-0.6B": (True, True, True, True, False, False),   # '</think>' in content
+    "meta-llama-Llama-3.1-8B-Instruct": (True, True, True, False, True, False),
+    "meta-llama-Llama-3.2-3B-Instruct": (True, True, True, False, True, False),
+    "mistralai-Mistral-Nemo-Instruct-2407": (True, True, True, True, True, True),
+    "HuggingFaceTB-SmolLM3-3B": (False, False, True, False, True, False),
+    "ibm-granite-granite-3.3-2B-Instruct": (True, False, True, False, False, False),
+    "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B": (False, True, True, True, True, False),
+    "microsoft-Phi-3.5-mini-instruct": (False, False, False, False, False, False),
+    "google-gemma-2-2b-it": (False, False, False, False, False, False),
+}
+
+
+@pytest.mark.parametrize("name", TEMPLATES)
+def test_tool_support_probes(name):
+    s = load(name).tool_support
+    assert (s.tools, s.calls, s.responses, s.parallel, s.null_content, s.short_ids) == \
+        EXPECTED_SUPPORT[name]
+
+
+def test_arguments_reach_the_template_as_objects_without_touching_the_input():
+    src = ("{% for m in messages %}{% for c in m.tool_calls or [] %}"
+           "{{ c.id }}|{{ c.type }}|{{ c.function.name }}|{{ c.function.arguments.city }}|"
+           "{{ c.function.arguments | tojson }};{% endfor %}{% endfor %}")
+    conv = [{"role": "user", "content": "x"},
+            {"role": "assistant", "content": "", "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "f", "arguments": ARGS}},
+                {"id": "c2", "type": "function", "function": {"name": "g", "arguments": "[1, 2]"}},
+                {"id": "c3", "type": "function", "function": {"name": "h", "arguments": "not json"}},
+                {"id": "c4", "type": "function", "function": {"name": "k", "arguments": {"a": 1}}}]}]
+    before = json.dumps(conv)
+    out = ChatTemplate(src).render(conv)
+    assert out == ("c1|function|f|Paris|" + ARGS + ";c2|function|g||\"[1, 2]\";"
+                   'c3|function|h||"not json";c4|function|k||{"a": 1};')
+    assert json.dumps(conv) == before
+
+
+def test_empty_tool_calls_are_dropped():
+    """Llama's templates take `'tool_calls' in message` as a call (and raise on zero calls)."""
+    tpl = load("meta-llama-Llama-3.1-8B-Instruct", "<|begin_of_text|>", "<|eot_id|>")
+    for empty in (None, []):
+        conv = [{"role": "user", "content": "Hi"},
+                {"role": "assistant", "content": "Hello!", "tool_calls": empty},
+                {"role": "user", "content": "Bye"}]
+        assert "<|end_header_id|>\n\nHello!<|eot_id|>" in tpl.render(conv)
+
+
+def test_mistral_call_ids_are_mapped_consistently():
+    conv = TOOL_CONV[1:2] + [
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "call_aaaaaaaaaaaaaaaaaaaaaaaa", "type": "function",
+             "function": {"name": "get_weather", "arguments": '{"city": "A"}'}},
+            {"id": "Zz9Yy8Xx7", "type": "function",
+             "function": {"name": "get_weather", "arguments": '{"city": "B"}'}}]},
+        {"role": "tool", "tool_call_id": "call_aaaaaaaaaaaaaaaaaaaaaaaa", "content": "1"},
+        {"role": "tool", "tool_call_id": "Zz9Yy8Xx7", "content": "2"}]
+    out = load("mistralai-Mistral-Nemo-Instruct-2407").render(conv, tools=[WEATHER])
+    ids = re.findall(r'"id": "(\w+)"', out)
+    results = re.findall(r'"call_id": "(\w+)"', out)
+    assert len(ids) == 2 and ids == results and ids[1] == "Zz9Yy8Xx7"   # a valid id is kept
+    assert re.fullmatch(r"[0-9a-f]{9}", ids[0])
+    assert ids[0] == re.findall(r'"id": "(\w+)"', load("mistralai-Mistral-Nemo-Instruct-2407")
+                                .render(conv, tools=[WEATHER]))[0]   # stable: prefix caching
+
+
+def test_parallel_calls_split_for_one_call_templates():
+    conv = TOOL_CONV[1:2] + [
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "A"}'}},
+            {"id": "c2", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "B"}'}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "1"},
+        {"role": "tool", "tool_call_id": "c2", "content": "2"}]
+    out = load("meta-llama-Llama-3.1-8B-Instruct").render(conv, tools=[WEATHER])
+    in_order(out, '<|start_header_id|>assistant<|end_header_id|>\n\n{"name": "get_weather", '
+             '"parameters": {"city": "A"}}<|eot_id|>',
+             '<|start_header_id|>assistant<|end_header_id|>\n\n{"name": "get_weather", '
+             '"parameters": {"city": "B"}}<|eot_id|>',
+             '<|start_header_id|>ipython<|end_header_id|>\n\n"1"<|eot_id|>',
+             '<|start_header_id|>ipython<|end_header_id|>\n\n"2"<|eot_id|>')
+
+
+def test_tool_results_become_one_user_turn_where_the_template_has_no_tool_role():
+    conv = TOOL_CONV[1:2] + [
+        {"role": "assistant", "content": "Checking.", "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "A"}'}},
+            {"id": "c2", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "B"}'}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "sunny"},
+        {"role": "tool", "tool_call_id": "c2", "content": "rainy"}]
+    # Gemma raises on two user turns in a row, so the results must be merged
+    out = load("google-gemma-2-2b-it", "<bos>", "<eos>").render(conv, tools=[WEATHER])
+    in_order(out, "<start_of_turn>user\n", "# Tools", "Weather in Paris?<end_of_turn>\n",
+             "<start_of_turn>model\nChecking.\n<tool_call>\n{\"name\": \"get_weather\", "
+             '"arguments": {"city": "A"}}\n</tool_call>\n<tool_call>\n', "</tool_call><end_of_turn>\n",
+             "<start_of_turn>user\n<tool_response>\nsunny\n</tool_response>\n<tool_response>\n"
+             "rainy\n</tool_response><end_of_turn>\n<start_of_turn>model\n")
+
+
+def test_tools_instructions_added_as_system_message_when_there_is_none():
+    tpl = ChatTemplate(CHATML)
+    out = tpl.render(CONV[1:2], tools=[WEATHER])
+    assert out.startswith("<|im_start|>system\n# Tools\n")
+    assert TOOL_JSON in out and out.endswith("<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n")
+    assert tpl.render(CONV[1:2]) == "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+
+
+def test_encode_with_tools_matches_render():
+    md = GGUFFile(shared_path("testdata/vocab/ggml-vocab-qwen2.gguf")).metadata
+    tok, tpl = Tokenizer.from_metadata(md), ChatTemplate.from_metadata(md)
+    ids = tpl.encode(tok, TOOL_CONV, tools=[WEATHER])
+    text = tpl.render(TOOL_CONV, tools=[WEATHER])
+    assert "get_weather" in text and tok.decode(ids) == text
+    assert ids == tok.encode(text, parse_special=True)

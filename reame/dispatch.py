@@ -40,6 +40,8 @@ class Slot:
     verified: set = field(default_factory=set)            # symbols that passed the check here
     rolling_back: bool = False
     counts: tuple[int, ...] = (3,)  # the op's count argument (tokens, rows) values to check at
+    trial: bool = False             # the staged variant is a trial: not recorded in history
+    base: Kernel | None = None      # the recorded live variant while a trial runs
 
 
 def check_counts(lo: int, hi: int) -> tuple[int, ...]:
@@ -121,19 +123,22 @@ class DispatchTable:
                                       f"{s.name} at n={n} ({worst:.3g}x the tolerance)")
         return worst
 
-    def stage(self, slot: int, kernel: Kernel, verify: bool = True) -> None:
-        """Put `kernel` in the inactive copy; it goes live at the next commit()."""
+    def stage(self, slot: int, kernel: Kernel, verify: bool = True, record: bool = True) -> None:
+        """Put `kernel` in the inactive copy; it goes live at the next commit(). With
+        record=False it is a trial (the adaptive runtime's A/B): it runs, but the history (what
+        rollback returns to) keeps the last recorded variant."""
         s = self.slots[slot]
         if verify and kernel.symbol not in s.verified:
             self.verify(slot, kernel)
             s.verified.add(kernel.symbol)
         with self._lock:
-            self._stage_locked(s, kernel)
+            self._stage_locked(s, kernel, trial=not record)
 
-    def _stage_locked(self, s: Slot, kernel: Kernel) -> None:
+    def _stage_locked(self, s: Slot, kernel: Kernel, trial: bool = False) -> None:
         inactive = 1 - int(self.active[0])
         self.fns[inactive * self.capacity + s.index] = kernel.address
         s.staged = kernel
+        s.trial = trial
         s.rolling_back = False                # a new variant replaces a pending rollback
         self._dirty = True
 
@@ -163,12 +168,17 @@ class DispatchTable:
             self.fns[base_old:base_old + n] = self.fns[base_new:base_new + n]
             for s in self.slots:
                 if s.staged is not None:
-                    if s.rolling_back:
+                    recorded = s.base or s.kernel         # the live variant, trials aside
+                    if s.trial:
+                        s.base = None if s.staged is recorded else recorded
+                    elif s.rolling_back:
                         s.history.pop()
                         s.rolling_back = False
+                        s.base = None
                     else:
-                        s.history.append(s.kernel)
-                    s.kernel, s.staged = s.staged, None
+                        s.history.append(recorded)
+                        s.base = None
+                    s.kernel, s.staged, s.trial = s.staged, None, False
             self._dirty = False
             self.swaps += 1
             return True

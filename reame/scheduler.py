@@ -151,13 +151,15 @@ def default_params(engine, **overrides) -> SchedulerParams:
 class Scheduler:
     def __init__(self, engine, params: SchedulerParams | None = None, *,
                  queue_size: int | None = None, prefill_chunk: int | None = None,
-                 salt: bytes = b""):
+                 salt: bytes = b"", adaptive=None):
+        """`adaptive`: a reame.adaptive.AdaptiveRuntime told about every step (or None)."""
         self.engine = engine
         self.params = params or default_params(engine, max_waiting=queue_size,
                                                prefill_chunk=prefill_chunk)
         self.params.check(getattr(engine, "max_tokens", self.params.token_budget),
                           engine.kv.max_seqs)
         self.planner = Planner(engine.kv, self.params, salt)
+        self.adaptive = adaptive
         self._cond = threading.Condition()
         self._inbox: list[Request] = []             # submitted, not yet seen (guarded by _cond)
         self._n_waiting = 0                         # sequences never admitted yet (_cond)
@@ -197,6 +199,9 @@ class Scheduler:
             req.seqs += seqs
             req.leads.append(seqs[0])
         self._enqueue(req, index)
+        if self.adaptive is not None:
+            for prompt in prompts:
+                self.adaptive.profile.arrival(len(prompt))
         return req
 
     def _enqueue(self, req: Request, n_seqs: int) -> None:
@@ -322,6 +327,8 @@ class Scheduler:
                     seq.owner.admitted = True
                     self._n_waiting -= self._queued.pop(id(seq), 0)
         masks = self._prepare_masks(plan)
+        if self.adaptive is not None:
+            self.adaptive.before_step(plan)
         try:
             logits = self.engine.forward(plan.batch)
             if masks is not None:
@@ -353,6 +360,8 @@ class Scheduler:
                 ended[id(r)] = r
         for r in ended.values():               # after every event of the step is out
             self._maybe_done(r)
+        if self.adaptive is not None:
+            self.adaptive.after_step(plan, sum(1 for w in plan.work if w.row >= 0))
         return True
 
     def _prepare_masks(self, plan):
@@ -396,6 +405,9 @@ class Scheduler:
 
     def _maybe_done(self, r: Request) -> None:
         if all(s.gen.finished for s in r.seqs):
+            if self.adaptive is not None:
+                for s in r.seqs:
+                    self.adaptive.profile.finished(len(s.gen.output_ids))
             self._end_request(r)
 
     def _end_request(self, r: Request) -> None:

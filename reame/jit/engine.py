@@ -79,6 +79,7 @@ class JITEngine:
                                  for k in range(1, self.max_tokens + 1)]
         self.steps = 0
         self.sample_every = 0          # >0: time every op on every k-th step (dispatch stats)
+        self.time_next = False         # time every op of the next step (the adaptive runtime)
 
     # ------------------------------------------------------------------ buffers
     def _alloc(self) -> None:
@@ -248,7 +249,8 @@ class JITEngine:
         prog.set(n=n, m=mrows)
         self.table.commit()                       # step boundary: staged variants go live
         self.steps += 1
-        timed = self.sample_every and self.steps % self.sample_every == 0
+        timed = self.time_next or (self.sample_every and self.steps % self.sample_every == 0)
+        self.time_next = False
         prog.program.set_stats(self.table.stats if timed else None)
         self.pool.run(prog.program.words)
         return self.logits[:mrows].copy()

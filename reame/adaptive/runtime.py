@@ -1,0 +1,162 @@
+"""The adaptive runtime: what the scheduler calls at every step boundary.
+
+    runtime = AdaptiveRuntime(engine, params, enabled=True)
+    ... each step:  runtime.before_step(plan);  engine.forward(...);  runtime.after_step(plan, t)
+
+It owns the kernel tuner (tuner.py: online A/B of kernel variants through the dispatch table),
+the request profile (profile.py), the saved strategy (store.py) and the report. `enabled=False`
+(`--adaptive off`) runs the starting kernels and parameters unchanged (what a saved strategy or
+the defaults give) and only keeps the profile; `freeze()` stops exploring and keeps what was
+learned.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from pathlib import Path
+
+from . import store
+from .profile import RequestProfile
+from .tuner import KernelTuner
+
+log = logging.getLogger("reame.adaptive")
+
+
+class AdaptiveRuntime:
+    def __init__(self, engine, params, *, enabled: bool = True, state_dir: Path | None = None,
+                 report_every: float = 0.0, save_every: float = 60.0, tuner_options=None):
+        self.engine, self.params = engine, params
+        self.enabled = enabled
+        self.profile = RequestProfile()
+        self.tuner = (KernelTuner(engine, **(tuner_options or {}))
+                      if hasattr(engine, "table") and hasattr(engine, "_bucket_of") else None)
+        self.ident = store.identity(engine) if self.tuner is not None else None
+        self.path = store.path_for(self.ident, state_dir) if self.ident else None
+        self.report_every, self.save_every = report_every, save_every
+        self.t_start = time.monotonic()
+        self._last_report = self._last_save = self.t_start
+        self._first_minute: dict | None = None
+        self._before = None
+        self._timed = False
+        self._t_step = 0.0
+        self.loaded = 0
+        self._lock = threading.Lock()
+        if self.tuner is not None and not enabled:
+            self.tuner.frozen = True
+
+    # ---- start ----
+
+    def load(self) -> int:
+        """Apply a saved strategy for this CPU, model and version; returns the choices applied."""
+        if self.path is None:
+            return 0
+        saved = store.load(self.path, self.ident)
+        if not saved:
+            return 0
+        self.loaded = self.tuner.apply_choices(saved["choices"])
+        for k, v in saved["scheduler"].items():
+            if hasattr(self.params, k) and isinstance(v, int):
+                setattr(self.params, k, v)
+        log.info("adaptive: %d kernel choices loaded from %s", self.loaded, self.path)
+        return self.loaded
+
+    # ---- every step (the engine thread) ----
+
+    def before_step(self, plan) -> None:
+        self._t_step = time.monotonic()
+        if self.tuner is None:
+            return
+        label = str(self.engine._bucket_of[len(plan.batch)])
+        self._label = label
+        self._timed = self.tuner.before_step(label)
+        if self._timed:
+            self.engine.time_next = True
+            slots = self.tuner.timed_slots()
+            self._before = (float(self.engine.table.stats[slots, 1].sum())
+                            if slots is not None else 0.0)
+
+    def after_step(self, plan, n_sampled: int) -> None:
+        now = time.monotonic()
+        decode_only = all(w.n == 1 for w in plan.work)
+        self.profile.step(len(plan.batch), n_sampled, now - self._t_step, decode_only, now)
+        if self.tuner is not None:
+            self.tuner.after_step(self._label, len(plan.batch), self._timed, self._before)
+        if self._first_minute is None and now - self.t_start >= 60:
+            self._first_minute = self._snapshot(now)
+        if self.report_every and now - self._last_report >= self.report_every:
+            self._last_report = now
+            log.info("adaptive: %s", self.line())
+        if self.save_every and now - self._last_save >= self.save_every:
+            self._last_save = now
+            self.save()
+
+    # ---- controls ----
+
+    def freeze(self) -> None:
+        if self.tuner is not None:
+            self.tuner.frozen = True
+
+    def unfreeze(self) -> None:
+        if self.tuner is not None and self.enabled:
+            self.tuner.frozen = False
+
+    @property
+    def frozen(self) -> bool:
+        return self.tuner is None or self.tuner.frozen
+
+    def save(self) -> bool:
+        """Write the learned strategy (atomically); False when there is nothing to write."""
+        if self.path is None or not self.enabled:
+            return False
+        choices = {}
+        for c in self.tuner.classes.values():
+            live = self.engine.table.slots[c.slots[0]].kernel.spec
+            if live != c.origin:
+                choices[c.key] = live
+        sched = {k: getattr(self.params, k) for k in ("max_batch", "token_budget",
+                                                      "prefill_chunk")}
+        try:
+            store.save(self.path, self.ident, choices, sched)
+        except OSError as e:
+            log.warning("adaptive: cannot save %s: %s", self.path, e)
+            return False
+        return True
+
+    # ---- report ----
+
+    def _snapshot(self, now: float) -> dict:
+        return {"tok_s": self.profile.throughput(60.0, now), "tpot_p95": self.profile.tpot_p95()}
+
+    def report(self) -> dict:
+        now = time.monotonic()
+        cur = self._snapshot(now)
+        first = self._first_minute
+        out = {"enabled": self.enabled, "frozen": self.frozen,
+               "uptime_s": round(now - self.t_start, 1),
+               "tok_s_last_minute": round(cur["tok_s"], 2),
+               "tpot_p95_s": round(cur["tpot_p95"], 5),
+               "first_minute": first and {k: round(v, 5) for k, v in first.items()},
+               "tok_s_change": (round(cur["tok_s"] / first["tok_s"] - 1, 4)
+                                if first and first["tok_s"] else None),
+               "tpot_p95_change": (round(cur["tpot_p95"] / first["tpot_p95"] - 1, 4)
+                                   if first and first["tpot_p95"] else None),
+               "profile": self.profile.summary(),
+               "strategy_file": str(self.path) if self.path else None,
+               "loaded_choices": self.loaded}
+        if self.tuner is not None:
+            out["kernels"] = self.tuner.report()
+        return out
+
+    def line(self) -> str:
+        r = self.report()
+        k = r.get("kernels") or {}
+        return (f"{r['tok_s_last_minute']:.1f} tok/s over the last minute"
+                + (f" ({r['tok_s_change']:+.0%} vs the first)" if r["tok_s_change"] is not None
+                   else "")
+                + f", p95 TPOT {r['tpot_p95_s'] * 1e3:.1f} ms; kernels: "
+                f"{k.get('candidates_tried', 0)} tried, {k.get('promoted', 0)} promoted, "
+                f"{k.get('rolled_back', 0)} rolled back, {k.get('refused', 0)} refused; "
+                f"exploring {k.get('exploration_share', 0):.0%} of steps"
+                + (" (frozen)" if r["frozen"] else ""))

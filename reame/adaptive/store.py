@@ -1,0 +1,104 @@
+"""What the adaptive runtime learned, kept across restarts.
+
+One JSON file per (CPU model and features, model file, Reame version) under the state directory
+(`--adaptive-dir`, default ~/.cache/reame/adaptive): the chosen kernel variant of every class
+that changed, and the scheduler parameters. Written atomically (a temporary file renamed over
+the old one). At start the file is read back and its choices re-checked like any candidate; a
+file that does not parse, or that was written for another CPU, model or version, is ignored
+with a warning, never trusted.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import tempfile
+import time
+from pathlib import Path
+
+from .. import __version__
+from ..codegen.spec import KernelSpec
+
+log = logging.getLogger("reame.adaptive")
+FORMAT = 1
+
+
+def default_dir() -> Path:
+    return Path(os.environ.get("REAME_ADAPTIVE_DIR") or Path.home() / ".cache" / "reame" /
+                "adaptive")
+
+
+def identity(engine) -> dict:
+    """What the learned strategy is valid for."""
+    isa = engine.isa
+    path = getattr(getattr(engine, "model", None), "path", None)
+    try:
+        st = os.stat(path)
+        model = f"{os.path.abspath(path)}:{st.st_size}:{st.st_mtime_ns}"
+    except (OSError, TypeError):
+        model = str(path)
+    return {"cpu": isa.host_cpu, "features": isa.features, "level": isa.level,
+            "model": model, "reame": __version__}
+
+
+def path_for(ident: dict, directory: Path | None = None) -> Path:
+    key = hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]
+    return (directory or default_dir()) / f"strategy-{key}.json"
+
+
+def spec_to_json(spec: KernelSpec) -> dict:
+    return {"op": spec.op, "dtype": spec.dtype, "family": spec.family, "level": spec.level,
+            "params": [[k, v] for k, v in spec.params]}
+
+
+def spec_from_json(d: dict) -> KernelSpec:
+    return KernelSpec(d["op"], d["dtype"], d["family"], d["level"],
+                      tuple((k, v) for k, v in d["params"]))
+
+
+def save(path: Path, ident: dict, choices: dict[str, KernelSpec], scheduler: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    body = {"format": FORMAT, "identity": ident, "saved_at": time.time(),
+            "choices": {k: spec_to_json(s) for k, s in choices.items()},
+            "scheduler": scheduler}
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".strategy-", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(body, f, indent=1)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def load(path: Path, ident: dict) -> dict | None:
+    """The saved strategy ({"choices": {key: KernelSpec}, "scheduler": {...}}), or None (no
+    file, or one that is corrupt or foreign: logged)."""
+    try:
+        raw = path.read_text()
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        log.warning("adaptive: cannot read %s (%s): starting from the defaults", path, e)
+        return None
+    try:
+        body = json.loads(raw)
+        if body.get("format") != FORMAT:
+            raise ValueError(f"format {body.get('format')!r}")
+        if body.get("identity") != ident:
+            theirs = body.get("identity") or {}
+            diff = [k for k in ident if theirs.get(k) != ident[k]]
+            log.warning("adaptive: %s was learned on another %s: ignored", path,
+                        ", ".join(diff) or "setup")
+            return None
+        choices = {k: spec_from_json(v) for k, v in body["choices"].items()}
+        scheduler = dict(body.get("scheduler") or {})
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        log.warning("adaptive: %s is not a valid strategy file (%s): ignored", path, e)
+        return None
+    return {"choices": choices, "scheduler": scheduler}

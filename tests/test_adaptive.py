@@ -1,0 +1,283 @@
+"""The adaptive runtime: the decision rule on synthetic timings, the kernel tuner on a real JIT
+engine with injected variants (a faster one promoted, a slowed one rejected, one that degrades
+after promotion rolled back, one wrong only for larger steps refused; greedy output identical
+with adaptive on and off throughout), freezing, the saved strategy and the report."""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import math
+import random
+import time
+
+import numpy as np
+import pytest
+
+from bench.synth import synth_model
+from reame.adaptive import AdaptiveRuntime, store
+from reame.adaptive.decide import Comparison
+from reame.codegen.compiler import KERNEL_CFUNC
+from reame.codegen.kernels import Kernel
+from reame.engines import create_engine
+from reame.generate import Generation
+from reame.model import load_model
+from reame.planner import SchedulerParams
+from reame.sampling import SamplingParams
+from reame.scheduler import DONE, Scheduler
+from reame.tokenizer import Tokenizer
+
+
+# ---- the decision rule ----
+
+def simulate(ratio, noise=0.05, drift=0.0, outliers=0.0, seed=0, pairs=400):
+    rng = random.Random(seed)
+    c = Comparison()
+    for i in range(pairs):
+        base = 1.0 + drift * i / pairs                       # the machine slows down (or not)
+        a = base * math.exp(rng.gauss(0, noise))
+        b = base * ratio * math.exp(rng.gauss(0, noise))
+        if rng.random() < outliers:                          # a descheduled thread
+            a, b = (a * 10, b) if rng.random() < 0.5 else (a, b * 10)
+        if c.add(a, b):
+            return c.verdict, len(c.logs)
+    return c.verdict, pairs
+
+
+def test_decides_a_real_speedup_quickly_and_a_slowdown_never():
+    for seed in range(20):
+        assert simulate(0.90, seed=seed)[0] == "promote"
+        assert simulate(1.10, seed=seed)[0] == "reject"
+    assert max(simulate(0.90, seed=s)[1] for s in range(20)) <= 40
+    assert max(simulate(1.10, seed=s)[1] for s in range(20)) <= 40    # exploration is short
+
+
+def test_no_false_promotions_among_equals():
+    """Equal variants under 5% noise: promoted in under 2% of 300 runs (the 2% margin and the
+    conservative bound)."""
+    wrong = sum(simulate(1.0, seed=s)[0] == "promote" for s in range(300))
+    assert wrong <= 6, wrong
+
+
+def test_drift_and_outliers_do_not_fool_it():
+    """The machine gets 2x slower during the comparison (pairs cancel it) and 5% of the pairs
+    carry a 10x spike (the trimmed mean drops them)."""
+    for seed in range(10):
+        assert simulate(0.92, drift=1.0, seed=seed)[0] == "promote"
+        assert simulate(1.0, drift=1.0, seed=seed)[0] == "reject"
+        assert simulate(0.90, outliers=0.05, seed=seed)[0] == "promote"
+        assert simulate(1.05, outliers=0.05, seed=seed)[0] == "reject"
+
+
+# ---- the tuner on a real engine ----
+
+class Wrapped:
+    """A variant that runs a real kernel then spins `delay` seconds per call (slower variants
+    made to order), optionally spoiling its output above `wrong_above` rows."""
+
+    def __init__(self, inner: Kernel, delay: float = 0.0, wrong_above: int | None = None,
+                 name: str = "w"):
+        self.inner, self.delay, self.wrong_above = inner, delay, wrong_above
+        self.cb = KERNEL_CFUNC(self._run)
+        self.kernel = Kernel(inner.spec.with_params(wrapped=name), inner.symbol + "_" + name,
+                             ctypes.cast(self.cb, ctypes.c_void_p).value, inner.ir)
+
+    def _run(self, args, ith, nth):
+        self.inner.cfunc(args, ith, nth)
+        if self.wrong_above is not None and ith == 0:
+            words = ctypes.cast(args, ctypes.POINTER(ctypes.c_int64))
+            if words[4] > self.wrong_above:                  # matmul_q8 args: w, xq, y, n
+                y = ctypes.cast(words[2], ctypes.POINTER(ctypes.c_float))
+                y[0] += 1.0
+        if self.delay:
+            end = time.perf_counter() + self.delay
+            while time.perf_counter() < end:
+                pass
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    return load_model(synth_model(tmp_path_factory, "tiny-qwen2", "Q8_0"))
+
+
+def engine(model):
+    return create_engine(model, "jit", n_ctx=256, max_seqs=4, threads=2, block_size=16)
+
+
+def greedy_run(model, sched, n_seqs=4, max_tokens=120):
+    tok = Tokenizer.from_metadata(model.metadata)
+    rng = np.random.default_rng(0)
+    prompts = [[int(t) for t in rng.integers(10, model.config.n_vocab, 6)] for _ in range(n_seqs)]
+    gens = [Generation(tok, p, SamplingParams(temperature=0), max_tokens=max_tokens,
+                       ignore_eos=True, n_ctx=256) for p in prompts]
+    reqs = [sched.submit([p], [[g]]) for p, g in zip(prompts, gens)]
+    for r in reqs:
+        while (ev := r.out.get(timeout=120)) is not DONE:
+            assert ev.error is None, ev.error
+    return [g.output_ids for g in gens]
+
+
+def tune_one_class(rt, cands, live=None):
+    """Make the tuner work on the decode program's first matmul_q8 class only, with the given
+    candidate kernels (and live kernel)."""
+    t = rt.tuner
+    cls = next(c for c in t.classes.values() if c.program == "4" and c.op == "matmul_q8")
+    for other in t.classes.values():
+        other.candidates = []
+    if live is not None:
+        for i in cls.slots:
+            t.table.stage(i, live, verify=False)
+        t.table.commit()
+        t.table.slots[cls.slots[0]].history.clear()
+        for i in cls.slots:
+            t.table.slots[i].history.clear()
+        cls.spec = cls.origin = live.spec
+    for k in cands:
+        rt.engine.kernels[k.spec] = k
+    cls.candidates = [k.spec for k in cands]
+    t.min_share = 0.0
+    return cls
+
+
+@pytest.fixture(scope="module")
+def reference_output(model):
+    eng = engine(model)
+    s = Scheduler(eng).start()
+    try:
+        return greedy_run(model, s)
+    finally:
+        s.stop()
+
+
+def run_adaptive(model, tmp_path, setup, n_runs=3, **tuner):
+    eng = engine(model)
+    params = SchedulerParams(max_batch=4)
+    rt = AdaptiveRuntime(eng, params, state_dir=tmp_path, save_every=0,
+                         tuner_options={"confirm_after": 60, **tuner})
+    ctx = setup(rt)
+    s = Scheduler(eng, params, adaptive=rt).start()
+    try:
+        outs = [greedy_run(model, s) for _ in range(n_runs)]
+    finally:
+        s.stop()
+    return rt, ctx, outs
+
+
+def test_a_faster_variant_is_promoted_and_one_that_degrades_is_rolled_back(
+        model, tmp_path, reference_output):
+    holder = {}
+
+    def setup(rt):
+        live0 = rt.engine.table.slots[0].kernel                  # any: replaced below
+        cls = next(c for c in rt.tuner.classes.values()
+                   if c.program == "4" and c.op == "matmul_q8")
+        real = rt.engine.table.slots[cls.slots[0]].kernel
+        slow_live = Wrapped(real, delay=4e-4, name="slowlive")
+        fast = Wrapped(real, delay=0.0, name="fast")
+        holder.update(slow=slow_live, fast=fast, real=real, live0=live0)
+        return tune_one_class(rt, [fast.kernel], live=slow_live.kernel)
+
+    rt, cls, outs = run_adaptive(model, tmp_path, setup, n_runs=1)
+    assert rt.tuner.promoted == 1, rt.tuner.report()
+    assert rt.engine.table.slots[cls.slots[0]].kernel is holder["fast"].kernel
+    assert all(o == reference_output for o in outs)
+    # the promoted variant degrades: the confirmation finds the previous one faster
+    holder["fast"].delay = 1.2e-3
+    s = Scheduler(rt.engine, rt.params, adaptive=rt).start()
+    try:
+        more = [greedy_run(model, s) for _ in range(2)]
+    finally:
+        s.stop()
+    assert rt.tuner.rolled_back == 1, rt.tuner.report()
+    assert rt.engine.table.slots[cls.slots[0]].kernel is holder["slow"].kernel
+    assert all(o == reference_output for o in more)
+    r = rt.report()["kernels"]
+    assert (r["promoted"], r["rolled_back"], r["candidates_tried"]) == (1, 1, 1)
+    assert any("rolled back" in e for e in r["events"])
+
+
+def test_a_slowed_variant_is_rejected_and_a_wrong_one_refused(model, tmp_path,
+                                                             reference_output):
+    def setup(rt):
+        cls = next(c for c in rt.tuner.classes.values()
+                   if c.program == "4" and c.op == "matmul_q8")
+        real = rt.engine.table.slots[cls.slots[0]].kernel
+        return tune_one_class(rt, [Wrapped(real, wrong_above=2, name="wrong").kernel,
+                                   Wrapped(real, delay=5e-4, name="slow").kernel])
+
+    rt, cls, outs = run_adaptive(model, tmp_path, setup)
+    t = rt.tuner
+    assert t.refused == 1 and t.promoted == 0
+    assert any(v.startswith("refused") for k, v in cls.tried.items() if "wrong" in k)
+    assert any(v.startswith("rejected") for k, v in cls.tried.items() if "slow" in k)
+    assert rt.engine.table.slots[cls.slots[0]].kernel.spec == cls.origin
+    assert all(o == reference_output for o in outs)
+    assert 0 < rt.report()["kernels"]["exploration_share"] <= 0.3
+
+
+def test_frozen_runtime_explores_nothing(model, tmp_path, reference_output):
+    def setup(rt):
+        cls = next(c for c in rt.tuner.classes.values()
+                   if c.program == "4" and c.op == "matmul_q8")
+        real = rt.engine.table.slots[cls.slots[0]].kernel
+        cls = tune_one_class(rt, [Wrapped(real, name="any").kernel])
+        rt.freeze()
+        return cls
+
+    rt, cls, outs = run_adaptive(model, tmp_path, setup, n_runs=1)
+    assert rt.tuner.explored == 0 and rt.tuner.tried == 0 and rt.frozen
+    assert outs[0] == reference_output
+    off = AdaptiveRuntime(engine(model), SchedulerParams(), enabled=False, state_dir=tmp_path)
+    assert off.frozen
+    off.unfreeze()
+    assert off.frozen                                      # --adaptive off stays off
+
+
+# ---- the saved strategy ----
+
+def test_strategy_round_trip_and_bad_files(model, tmp_path, caplog):
+    eng = engine(model)
+    rt = AdaptiveRuntime(eng, SchedulerParams(max_batch=4, token_budget=256), state_dir=tmp_path)
+    cls = next(c for c in rt.tuner.classes.values() if c.op == "matmul_q8" and c.candidates)
+    other = cls.candidates[0]
+    assert rt.tuner.apply_choices({cls.key: other}) == 1
+    eng.table.commit()
+    assert rt.save() and rt.path.exists()
+    body = json.loads(rt.path.read_text())
+    assert body["identity"] == store.identity(eng) and cls.key in body["choices"]
+    assert body["scheduler"]["token_budget"] == 256
+
+    eng2 = engine(model)
+    params2 = SchedulerParams(max_batch=4)
+    rt2 = AdaptiveRuntime(eng2, params2, state_dir=tmp_path)
+    assert rt2.load() == 1
+    eng2.table.commit()
+    assert eng2.table.slots[cls.slots[0]].kernel.spec == other
+    assert params2.token_budget == 256
+
+    for bad in ("{not json", json.dumps({**body, "format": 99}),
+                json.dumps({**body, "identity": {**body["identity"], "cpu": "other-cpu"}})):
+        rt.path.write_text(bad)
+        rt3 = AdaptiveRuntime(engine(model), SchedulerParams(max_batch=4), state_dir=tmp_path)
+        with caplog.at_level("WARNING", logger="reame.adaptive"):
+            assert rt3.load() == 0
+        assert "ignored" in caplog.text
+        caplog.clear()
+
+
+def test_report_counts_match_what_happened(model, tmp_path):
+    eng = engine(model)
+    params = SchedulerParams(max_batch=4)
+    rt = AdaptiveRuntime(eng, params, state_dir=tmp_path)
+    s = Scheduler(eng, params, adaptive=rt).start()
+    try:
+        outs = greedy_run(model, s, n_seqs=3, max_tokens=20)
+    finally:
+        s.stop()
+    r = rt.report()
+    assert r["profile"]["requests"] == 3
+    assert r["profile"]["tokens_out"] == sum(len(o) for o in outs) == 60
+    assert sum(r["profile"]["output_tokens"].values()) == 3
+    k = r["kernels"]
+    assert k["steps"] == s.steps and 0 <= k["exploration_share"] <= 1
+    assert "kernels:" in rt.line() and "tok/s" in rt.line()

@@ -16,14 +16,17 @@ import falcon
 from .config import ServerConfig
 from .metrics import Metrics
 from .responses import ClosingStream, Job, client_connected
-from .schemas import APIError, error_body, parse_chat, parse_completion, parse_json
-from .service import Loader, ModelService, build_service
+from .schemas import (APIError, error_body, parse_chat, parse_completion, parse_detokenize,
+                      parse_json, parse_tokenize)
+from .service import Loader, ModelService, build_service, model_names
 
 log = logging.getLogger("reame.server")
 
 OPEN_PATHS = {"/health"}
 ENDPOINTS = {"/v1/chat/completions", "/v1/completions", "/v1/models", "/v1/models/{model_id}",
-             "/health", "/metrics"}
+             "/health", "/metrics", "/tokenize", "/detokenize"}
+# headers a browser script may read on a cross-origin answer (besides the CORS-safelisted ones)
+CORS_EXPOSE = ("Retry-After", "WWW-Authenticate")
 
 
 # ---- middleware ----
@@ -51,7 +54,11 @@ class Auth:
 
 
 class RequestMetrics:
-    """Counts every response by endpoint (the route template, never the raw path) and status."""
+    """Counts every response by endpoint (the route template, never the raw path) and status.
+
+    A stream is counted when it ends, not when its headers go out: 200 if the client received
+    it whole, 499 if the client went away before its end, the error's status if it failed on the
+    way (see ClosingStream)."""
 
     def __init__(self, metrics: Metrics):
         self.metrics = metrics
@@ -61,6 +68,10 @@ class RequestMetrics:
 
     def process_response(self, req, resp, resource, req_succeeded):
         route = req.uri_template if req.uri_template in ENDPOINTS else "other"
+        if isinstance(resp.stream, ClosingStream) and req.method != "HEAD":
+            resp.stream.on_end = lambda status: self.metrics.inc(
+                "reame_requests_total", 1, (route, str(status)))
+            return
         self.metrics.inc("reame_requests_total", 1, (route, str(resp.status_code)))
 
 
@@ -118,6 +129,47 @@ class Models:
         service.check_model(model_id)
         resp.media = self._card(service)
 
+    on_head = on_get                    # HEAD wherever GET is served: same status and headers
+    on_head_item = on_get_item
+
+
+class Tokenize:
+    """POST /tokenize and POST /detokenize, in llama-server's shapes (vLLM's names accepted)."""
+
+    def __init__(self, loader: Loader, config: ServerConfig):
+        self.loader, self.config = loader, config
+
+    def _body_and_service(self, req):
+        body = parse_json(_read_body(req, self.config.max_body_bytes))
+        return body, self.loader.get(self.config.retry_after)
+
+    def on_post(self, req, resp):
+        body, service = self._body_and_service(req)
+        t = parse_tokenize(body)
+        service.check_model(t.model)
+        ids = service.tok.encode(t.content, add_special=t.add_special,
+                                 parse_special=t.parse_special)
+        tokens = ids
+        if t.with_pieces:
+            tokens = [{"id": i, "piece": _piece(service.tok.token_bytes(i))} for i in ids]
+        resp.media = {"tokens": tokens, "count": len(ids), "max_model_len": service.n_ctx}
+
+    def on_post_detokenize(self, req, resp):
+        body, service = self._body_and_service(req)
+        model, ids = parse_detokenize(body, service.n_vocab)
+        service.check_model(model)
+        text = service.tok.decode(ids)
+        resp.media = {"content": text, "prompt": text}
+
+
+def _piece(b: bytes):
+    """A token's piece as llama-server shows it: its text when the bytes are valid UTF-8, else
+    the list of byte values."""
+    try:
+        return b.decode("utf-8")
+    except UnicodeDecodeError:
+        return list(b)
+
 
 class Health:
     def __init__(self, loader: Loader):
@@ -135,6 +187,8 @@ class Health:
             if error:
                 resp.media["error"] = error
 
+    on_head = on_get
+
 
 class MetricsResource:
     def __init__(self, metrics: Metrics):
@@ -144,13 +198,21 @@ class MetricsResource:
         resp.content_type = "text/plain; version=0.0.4; charset=utf-8"
         resp.text = self.metrics.render()
 
+    on_head = on_get
+
 
 def _read_body(req: falcon.Request, limit: int) -> bytes:
+    """The request body, at most `limit` bytes (else 413): by its Content-Length, or to its end
+    when it is sent chunked (the WSGI server decodes the chunks; wsgi.input then ends with the
+    body, where Falcon's bounded_stream, knowing no length, would read nothing)."""
     n = req.content_length
     if n is not None and n > limit:
         raise APIError(413, f"The request body is larger than {limit} bytes.",
                        "invalid_request_error", None, "request_too_large")
-    data = req.bounded_stream.read(limit + 1)
+    if n is None and "chunked" in (req.get_header("Transfer-Encoding") or "").lower():
+        data = req.stream.read(limit + 1)
+    else:
+        data = req.bounded_stream.read(limit + 1)
     if len(data) > limit:
         raise APIError(413, f"The request body is larger than {limit} bytes.",
                        "invalid_request_error", None, "request_too_large")
@@ -233,7 +295,14 @@ def create_app(engine_or_factory, config: ServerConfig | None = None, *, tokeniz
         "reame_preemptions_total": gauge(lambda s: s.scheduler.planner.preemptions),
     })
 
+    metrics.model_name = lambda: (loader.service.id if loader.service is not None
+                                  else model_names(None, config)[0])
+
     middleware = [RequestMetrics(metrics)]
+    origins = config.cors_allow_origins()
+    if origins is not None:             # before Auth: a 401 must carry CORS headers to be read
+        middleware.append(falcon.CORSMiddleware(allow_origins=origins,
+                                                expose_headers=list(CORS_EXPOSE)))
     if config.api_key:
         middleware.append(Auth(config.api_key))
     app = ReameApp(middleware=middleware)
@@ -245,6 +314,9 @@ def create_app(engine_or_factory, config: ServerConfig | None = None, *, tokeniz
     app.add_route("/v1/models/{model_id}", models, suffix="item")
     app.add_route("/health", Health(loader))
     app.add_route("/metrics", MetricsResource(metrics))
+    tokenize = Tokenize(loader, config)
+    app.add_route("/tokenize", tokenize)
+    app.add_route("/detokenize", tokenize, suffix="detokenize")
     app.add_error_handler(Exception, handle_unexpected)
     app.add_error_handler(falcon.HTTPError, handle_http_error)
     app.add_error_handler(APIError, handle_api_error)

@@ -13,8 +13,9 @@ def add_serve_command(subparsers) -> None:
     p = subparsers.add_parser(
         "serve", help="serve the OpenAI-compatible HTTP API",
         description="Serve the OpenAI-compatible API (/v1/chat/completions, /v1/completions, "
-                    "/v1/models, /health, /metrics) with gunicorn threaded workers. Each worker "
-                    "loads its own replica of the model after the fork.",
+                    "/v1/models, /tokenize, /detokenize, /health, /metrics) with gunicorn "
+                    "threaded workers that read each request whole before a thread takes it. "
+                    "Each worker loads its own replica of the model after the fork.",
         epilog="REAME_* environment variables (see docs/deploy.md) fill in the flags not given, "
                "except --engine and --kv-type.")
     p.add_argument("model", help="path to a .gguf file")
@@ -42,6 +43,22 @@ def add_serve_command(subparsers) -> None:
     p.add_argument("--timeout", type=float, default=None,
                    help="per-request timeout in seconds, 0: none "
                         "(default: $REAME_REQUEST_TIMEOUT or 600)")
+    p.add_argument("--cors-origins", default=None, metavar="ORIGINS",
+                   help="answer browsers from these origins with CORS headers: '*' or a comma "
+                        "list like https://app.example.com (default: $REAME_CORS_ORIGINS, "
+                        "else off)")
+    p.add_argument("--max-connections", type=int, default=None,
+                   help="open connections per worker; more wait in the listen backlog "
+                        "(default: $REAME_MAX_CONNECTIONS or 1000)")
+    p.add_argument("--header-timeout", type=float, default=None, metavar="SEC",
+                   help="seconds a client has to send a request's head, then 408 "
+                        "(default: $REAME_HEADER_TIMEOUT or 10)")
+    p.add_argument("--body-timeout", type=float, default=None, metavar="SEC",
+                   help="seconds a client has to send a request's body after its head, then "
+                        "408 (default: $REAME_BODY_TIMEOUT or 60)")
+    p.add_argument("--send-timeout", type=float, default=None, metavar="SEC",
+                   help="seconds a client may read nothing of its answer before it is "
+                        "disconnected, 0: never (default: $REAME_SEND_TIMEOUT or 60)")
     p.add_argument("--chat-template-file", default=None, help="override the chat template")
     p.add_argument("--alias", default=None, help="another model name clients may use")
     p.add_argument("--log-level", default="info",
@@ -72,7 +89,9 @@ def cmd_serve(args) -> int:
         max_seqs=args.max_seqs, kv_cache_mb=args.kv_cache_mb, block_size=args.block_size,
         queue_size=args.queue_size, request_timeout=args.timeout,
         api_key=args.api_key, chat_template_file=args.chat_template_file,
-        model_alias=args.alias, workers=args.workers)
+        model_alias=args.alias, workers=args.workers, cors_origins=args.cors_origins,
+        max_connections=args.max_connections, header_timeout=args.header_timeout,
+        body_timeout=args.body_timeout, send_timeout=args.send_timeout)
     run(config, host=args.host, port=args.port, workers=args.workers,
         http_threads=args.http_threads, log_level=args.log_level, access_log=args.access_log)
     return 0

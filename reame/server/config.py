@@ -28,6 +28,12 @@ class ServerConfig:
     metrics_dir: str | None = None      # shared by the workers of one server: /metrics sums them
     workers: int = 1                    # worker processes (they split the default KV budget)
     retry_after: int = 1                # seconds, sent with 429 and 503
+    # the HTTP layer (reame/server/worker.py): slow clients hold a connection, never a thread
+    header_timeout: float = 10.0        # seconds for a request's head to arrive (then 408)
+    body_timeout: float = 60.0          # seconds for its body to arrive after the head (then 408)
+    send_timeout: float = 60.0          # seconds a client may read nothing of its answer (0: none)
+    max_connections: int = 1000         # open connections per worker (gunicorn worker_connections)
+    cors_origins: str | None = None     # "*" or a comma list of origins allowed by CORS; None: off
 
     ENV = {  # field -> environment variable
         "model": "REAME_MODEL", "engine": "REAME_ENGINE", "threads": "REAME_THREADS",
@@ -37,7 +43,9 @@ class ServerConfig:
         "kv_cache_mb": "REAME_KV_CACHE_MB", "block_size": "REAME_BLOCK_SIZE",
         "api_key": "REAME_API_KEY", "chat_template_file": "REAME_CHAT_TEMPLATE_FILE",
         "model_alias": "REAME_MODEL_ALIAS", "max_body_bytes": "REAME_MAX_BODY_BYTES",
-        "metrics_dir": "REAME_METRICS_DIR",
+        "metrics_dir": "REAME_METRICS_DIR", "header_timeout": "REAME_HEADER_TIMEOUT",
+        "body_timeout": "REAME_BODY_TIMEOUT", "send_timeout": "REAME_SEND_TIMEOUT",
+        "max_connections": "REAME_MAX_CONNECTIONS", "cors_origins": "REAME_CORS_ORIGINS",
     }
 
     @classmethod
@@ -80,3 +88,26 @@ class ServerConfig:
             raise ReameError("kv_type must be f32 or f16")
         if self.act_type not in (None, "q8", "f32"):
             raise ReameError("act_type must be q8 or f32")
+        if not (self.header_timeout > 0 and self.body_timeout > 0):
+            raise ReameError("header_timeout and body_timeout must be > 0")
+        if self.send_timeout < 0:
+            raise ReameError("send_timeout must be >= 0")
+        if self.max_connections < 1:
+            raise ReameError("max_connections must be >= 1")
+        self.cors_allow_origins()
+
+    def cors_allow_origins(self):
+        """None (CORS off), "*" or the list of allowed origins (scheme://host[:port])."""
+        raw = (self.cors_origins or "").strip()
+        if not raw:
+            return None
+        if raw == "*":
+            return "*"
+        origins = [o.strip() for o in raw.split(",") if o.strip()]
+        for o in origins:
+            scheme, sep, rest = o.partition("://")
+            if o == "*" or not sep or scheme not in ("http", "https") or not rest \
+                    or "/" in rest:
+                raise ReameError(f"CORS origin {o!r}: expected '*' alone, or origins like "
+                                 "https://app.example.com (scheme://host[:port], no path)")
+        return origins

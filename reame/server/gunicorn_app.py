@@ -1,7 +1,9 @@
 """Running the app under gunicorn in-process (gunicorn's application API).
 
-Threaded workers (`gthread`): the sync worker cannot stream and kills requests after `timeout`
-seconds, while a gthread worker heartbeats from its main loop, so a long stream is fine. The app
+Threaded workers (`reame.server.worker.ReameWorker`, gunicorn's gthread reading each request
+whole in its event loop before a thread takes it, so slow clients cannot hold the threads): the
+sync worker cannot stream and kills requests after `timeout` seconds, while a gthread worker
+heartbeats from its main loop, so a long stream is fine. The app
 (and with it the model) is built in `load()`, which gunicorn calls in each worker after the
 fork: one model replica and one engine thread per worker.
 """
@@ -17,6 +19,7 @@ from gunicorn.app.base import BaseApplication
 
 from .config import ServerConfig
 
+WORKER_CLASS = "reame.server.worker.ReameWorker"
 LOG_FORMAT = "[%(asctime)s] [%(process)d] [%(levelname)s] %(name)s: %(message)s"
 
 
@@ -33,8 +36,9 @@ def gunicorn_options(config: ServerConfig, host: str = "127.0.0.1", port: int = 
     return {
         "bind": [bind],
         "workers": workers,
-        "worker_class": "gthread",
+        "worker_class": WORKER_CLASS,    # gthread that reads each request before a thread takes it
         "threads": http_threads or default_http_threads(config),
+        "worker_connections": config.max_connections,
         "timeout": 120,                  # worker heartbeat, not a request limit (gthread)
         "graceful_timeout": 30,          # finish in-flight streams on SIGTERM, then exit
         "keepalive": 5,

@@ -1,6 +1,8 @@
 """Prometheus metrics, written by hand in the text exposition format (version 0.0.4).
 
-A handful of counters, histograms and gauges does not need a client library. Each worker process
+A handful of counters, histograms and gauges does not need a client library. Every series is
+also exposed under vLLM's name and labels where vLLM has one (`VLLM_SERIES`), computed from the
+same values at each scrape. Each worker process
 keeps its own; when `metrics_dir` is set (it is under `reame serve`), every worker also writes a
 JSON snapshot there once a second, and `/metrics` adds the snapshots of the other workers to its
 own live values, so a scrape that lands on any worker sees the whole server. Gauges of workers
@@ -56,6 +58,39 @@ SERIES = {
 }
 
 
+# vLLM's names for the same measurements (vllm/v1/metrics/loggers.py), so that dashboards and
+# autoscalers written for vLLM read Reame: name -> (type, help, the reame_* series it repeats).
+# Labels as vLLM's: model_name (the served model id) and engine ("0": the whole server, every
+# worker summed). Histograms keep the reame_* buckets.
+VLLM_SERIES = {
+    "vllm:num_requests_running": ("gauge", "Number of requests in model execution batches.",
+                                  "reame_running_requests"),
+    "vllm:num_requests_waiting": ("gauge", "Number of requests waiting to be processed.",
+                                  "reame_queue_depth"),
+    "vllm:kv_cache_usage_perc": ("gauge", "KV-cache usage. 1 means 100 percent usage.",
+                                 "reame_kv_cache_usage_ratio"),
+    "vllm:prompt_tokens_total": ("counter", "Number of prefill tokens processed.",
+                                 "reame_prompt_tokens_total"),
+    "vllm:generation_tokens_total": ("counter", "Number of generation tokens processed.",
+                                     "reame_generation_tokens_total"),
+    "vllm:prefix_cache_queries_total": ("counter", "Prefix cache queries, in terms of number of "
+                                        "queried tokens.", "reame_prefix_cache_queries_total"),
+    "vllm:prefix_cache_hits_total": ("counter", "Prefix cache hits, in terms of number of cached "
+                                     "tokens.", "reame_prefix_cache_hits_total"),
+    "vllm:num_preemptions_total": ("counter", "Cumulative number of preemption from the engine.",
+                                   "reame_preemptions_total"),
+    "vllm:time_to_first_token_seconds": ("histogram", "Histogram of time to first token in "
+                                         "seconds.", "reame_time_to_first_token_seconds"),
+    "vllm:time_per_output_token_seconds": ("histogram", "Histogram of time per output token in "
+                                           "seconds.", "reame_time_per_output_token_seconds"),
+    "vllm:inter_token_latency_seconds": ("histogram", "Histogram of inter-token latency in "
+                                         "seconds.", "reame_time_per_output_token_seconds"),
+    "vllm:e2e_request_latency_seconds": ("histogram", "Histogram of e2e request latency in "
+                                         "seconds.", "reame_request_duration_seconds"),
+}
+VLLM_LABELS = ("model_name", "engine")
+
+
 def _escape(v: str) -> str:
     return str(v).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
@@ -82,6 +117,7 @@ class Metrics:
         self.gauges: dict[str, Callable[[], float]] = {}   # read at scrape time
         self.counters: dict[str, Callable[[], float]] = {}  # counters kept elsewhere, read alike
         self.metrics_dir = metrics_dir
+        self.model_name: Callable[[], str] = lambda: "reame"   # the vllm:* series' model_name
         self._writer: threading.Thread | None = None
         self._writer_pid = None
 
@@ -137,27 +173,28 @@ class Metrics:
                         d[k] = list(v) if old is None else [a + b for a, b in zip(old, v)]
                     else:
                         d[k] = d.get(k, 0.0) + v
-        lines = []
+        # a ratio does not add up across workers: the pool's usage is the summed blocks' ratio
+        used = merged["reame_kv_blocks_used"].get((), 0.0)
+        total = merged["reame_kv_blocks_total"].get((), 0.0)
+        if merged["reame_kv_cache_usage_ratio"] or total:
+            merged["reame_kv_cache_usage_ratio"] = {(): used / total if total else 0.0}
+        lines: list[str] = []
         for n, (kind, help_, label_names, buckets) in SERIES.items():
-            lines.append(f"# HELP {n} {help_}")
-            lines.append(f"# TYPE {n} {kind}")
             d = merged[n]
             if not d and not label_names:
                 d = {(): [0] * (len(buckets) + 2) if buckets else 0.0}
-            for k in sorted(d):
-                v = d[k]
-                if kind == "histogram":
-                    cum = 0
-                    for b, c in zip(buckets, v[:len(buckets)]):
-                        cum += c
-                        le = 'le="%s"' % b
-                        lines.append(f"{n}_bucket{_labels(label_names, k, le)} {cum}")
-                    le = 'le="+Inf"'
-                    lines.append(f"{n}_bucket{_labels(label_names, k, le)} {_fmt(v[-1])}")
-                    lines.append(f"{n}_sum{_labels(label_names, k)} {_fmt(v[-2])}")
-                    lines.append(f"{n}_count{_labels(label_names, k)} {_fmt(v[-1])}")
-                else:
-                    lines.append(f"{n}{_labels(label_names, k)} {_fmt(v)}")
+            _family(lines, n, kind, help_, label_names, buckets, d)
+        try:
+            model = str(self.model_name())
+        except Exception:                       # a label must never break a scrape
+            log.exception("model name for the metrics")
+            model = "reame"
+        for n, (kind, help_, source) in VLLM_SERIES.items():
+            buckets = SERIES[source][3]
+            total = [0] * (len(buckets) + 2) if buckets else 0.0
+            for v in merged[source].values():   # every label set of the source, summed
+                total = [a + b for a, b in zip(total, v)] if buckets else total + v
+            _family(lines, n, kind, help_, VLLM_LABELS, buckets, {(model, "0"): total})
         return "\n".join(lines) + "\n"
 
     # ---- sharing between the workers of one server ----
@@ -209,6 +246,28 @@ class Metrics:
                 snap = {n: v for n, v in snap.items() if SERIES.get(n, ("gauge",))[0] != "gauge"}
             out.append(snap)
         return out
+
+
+def _family(lines: list[str], n: str, kind: str, help_: str, label_names, buckets,
+            d: dict) -> None:
+    """One metric family in the text format: HELP, TYPE and a sample (or histogram) per label
+    set."""
+    lines.append(f"# HELP {n} {help_}")
+    lines.append(f"# TYPE {n} {kind}")
+    for k in sorted(d):
+        v = d[k]
+        if kind == "histogram":
+            cum = 0
+            for b, c in zip(buckets, v[:len(buckets)]):
+                cum += c
+                le = 'le="%s"' % b
+                lines.append(f"{n}_bucket{_labels(label_names, k, le)} {cum}")
+            le = 'le="+Inf"'
+            lines.append(f"{n}_bucket{_labels(label_names, k, le)} {_fmt(v[-1])}")
+            lines.append(f"{n}_sum{_labels(label_names, k)} {_fmt(v[-2])}")
+            lines.append(f"{n}_count{_labels(label_names, k)} {_fmt(v[-1])}")
+        else:
+            lines.append(f"{n}{_labels(label_names, k)} {_fmt(v)}")
 
 
 def _alive(pid: int) -> bool:

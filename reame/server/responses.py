@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import select
 import socket
 import time
 import uuid
@@ -48,16 +49,22 @@ class ClientGone(APIError):
 
 def client_connected(environ) -> Callable[[], bool] | None:
     """A check that the client of this WSGI request is still connected, when the server exposes
-    its socket (gunicorn does): a peek that reads end-of-file means the peer closed."""
+    its socket (gunicorn does): readable with a peek that reads end-of-file means the peer
+    closed. The socket is polled first: a socket with a timeout (the worker's send timeout)
+    would otherwise wait that long inside recv even with MSG_DONTWAIT."""
     sock = environ.get("gunicorn.socket")
     if sock is None or not hasattr(sock, "recv"):
         return None
 
     def connected() -> bool:
         try:
+            p = select.poll()
+            p.register(sock.fileno(), select.POLLIN)
+            if not p.poll(0):
+                return True                 # nothing to read: still connected
             return sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) != b""
-        except (BlockingIOError, InterruptedError):
-            return True                     # nothing to read: still connected
+        except (BlockingIOError, InterruptedError, TimeoutError):
+            return True
         except ConnectionError:             # reset by the peer
             return False
         except (OSError, ValueError):       # e.g. a TLS socket, which cannot peek
@@ -102,6 +109,7 @@ class Job:
         self.choices = [_Choice(k, prefixes[k]) for k in range(len(prefixes))]
         self.first_token_seen = False
         self.recorded = False
+        self.stream_status = 499        # a stream's outcome: 499 until its last byte is taken
         self.request = service.submit(req, prompts)      # may raise APIError (429, 503)
         self._events = self.request.events(idle=connected)
         self._first: Event | None = None
@@ -279,9 +287,11 @@ class Job:
             elif self.req.echo:
                 for ch in self.choices:
                     yield self._chunk([self._choice_chunk(ch, ch.text, [], None)])
+            status = 200
             for ev in self.events():
                 if ev.error is not None:
                     err = error_for(ev.error, self.service.config.retry_after)
+                    status = err.status
                     yield b"data: " + json.dumps(err.body()).encode() + b"\n\n"
                     break
                 ch, text, lp = self._apply(ev)
@@ -292,6 +302,9 @@ class Job:
             if self.req.include_usage:
                 yield self._chunk([], usage=True)
             yield b"data: [DONE]\n\n"
+            # resumed: the server wrote [DONE] and asks for more; a failed write closes the
+            # generator at the yield instead, and the outcome stays 499
+            self.stream_status = status
         finally:
             self.cancel()
             self._record()
@@ -302,11 +315,14 @@ class ClosingStream:
 
     gunicorn (and every WSGI server) calls close() when the response ends or writing to the
     client fails; a generator that was never advanced would not run its `finally` on close.
+    close() then tells `on_end` the stream's outcome: 200 when it was taken to its end, 499
+    when the client left before, the error's status when it failed on the way.
     """
 
     def __init__(self, job: Job):
         self.job = job
         self._it = job.sse()
+        self.on_end: Callable[[int], None] | None = None   # told the outcome (200, 499, ...)
 
     def __iter__(self):
         return self
@@ -320,4 +336,7 @@ class ClosingStream:
         finally:
             self.job.cancel()
             self.job._record()
+            on_end, self.on_end = self.on_end, None
+            if on_end is not None:
+                on_end(self.job.stream_status)
 

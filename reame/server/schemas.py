@@ -379,3 +379,49 @@ def parse_completion(body: dict, n_vocab: int, max_n: int) -> GenerationRequest:
     req.prompts = prompts
     req.echo = echo
     return req
+
+
+# ---- /tokenize and /detokenize (llama-server's shapes; vLLM's names accepted too) ----
+
+@dataclass
+class TokenizeRequest:
+    model: str | None
+    content: str
+    add_special: bool
+    parse_special: bool
+    with_pieces: bool
+
+
+def parse_tokenize(body: dict) -> TokenizeRequest:
+    """llama-server: {"content", "add_special" (false), "parse_special" (true), "with_pieces"
+    (false)}; vLLM: {"prompt", "add_special_tokens" (true)}."""
+    model = _string(body, "model")
+    if body.get("content") is not None:
+        key, add_default = "content", False
+    elif body.get("prompt") is not None:
+        key, add_default = "prompt", True
+    else:
+        raise invalid("content", "Missing required parameter: 'content' (a string).",
+                      "missing_required_parameter")
+    text = _string(body, key)
+    add = _boolean(body, "add_special", None)
+    if add is None:
+        add = _boolean(body, "add_special_tokens", add_default)
+    return TokenizeRequest(model=model, content=text, add_special=add,
+                           parse_special=_boolean(body, "parse_special", True),
+                           with_pieces=_boolean(body, "with_pieces", False))
+
+
+def parse_detokenize(body: dict, n_vocab: int) -> tuple[str | None, list[int]]:
+    """{"tokens": [ids]} -> (model, ids); every id must be in the vocabulary."""
+    model = _string(body, "model")
+    ids = body.get("tokens")
+    if ids is None:
+        raise invalid("tokens", "Missing required parameter: 'tokens'.",
+                      "missing_required_parameter")
+    if not isinstance(ids, list) or not all(isinstance(t, int) and not isinstance(t, bool)
+                                            for t in ids):
+        raise invalid("tokens", "'tokens' must be an array of token ids.")
+    if not all(0 <= t < n_vocab for t in ids):
+        raise invalid("tokens", f"Token ids in 'tokens' must be in 0..{n_vocab - 1}.")
+    return model, ids

@@ -81,6 +81,7 @@ class Wrapped:
         self.cb = KERNEL_CFUNC(self._run)
         self.kernel = Kernel(inner.spec.with_params(wrapped=name), inner.symbol + "_" + name,
                              ctypes.cast(self.cb, ctypes.c_void_p).value, inner.ir)
+        self.kernel._keep = self          # the callback must live as long as the kernel
 
     def _run(self, args, ith, nth):
         self.inner.cfunc(args, ith, nth)

@@ -282,3 +282,24 @@ def test_report_counts_match_what_happened(model, tmp_path):
     k = r["kernels"]
     assert k["steps"] == s.steps and 0 <= k["exploration_share"] <= 1
     assert "kernels:" in rt.line() and "tok/s" in rt.line()
+
+
+def test_boot_benchmark_is_time_boxed_and_keeps_the_output(model, tmp_path, reference_output):
+    """The start-up micro-benchmark runs synthetic steps with every step exploring, stops at
+    its time box with no trial left half-way, and whatever it chose gives the same greedy
+    output."""
+    eng = engine(model)
+    params = SchedulerParams(max_batch=4)
+    rt = AdaptiveRuntime(eng, params, state_dir=tmp_path)
+    seen = []
+    t0 = time.monotonic()
+    out = rt.boot(3.0, progress=seen.append)
+    assert 3.0 <= time.monotonic() - t0 < 6.0
+    assert out["steps"] > 20 and out["tried"] >= 1 and seen[-1] == 1.0
+    assert rt.tuner.trial is None
+    assert all(s.staged is None and s.base is None for s in eng.table.slots)
+    s = Scheduler(eng, params, adaptive=rt).start()
+    try:
+        assert greedy_run(model, s) == reference_output
+    finally:
+        s.stop()

@@ -62,6 +62,54 @@ class AdaptiveRuntime:
         log.info("adaptive: %d kernel choices loaded from %s", self.loaded, self.path)
         return self.loaded
 
+    def boot(self, seconds: float, progress=None) -> dict:
+        """The start-up micro-benchmark: before serving, run synthetic decode steps of the
+        model's own shapes (one token per sequence at short contexts, in the programs of
+        1, 4 and 8 tokens) with the tuner exploring on every step, for at most `seconds`.
+        Its choices are the starting point (and all that `--adaptive off` runs). Returns the
+        tuner's counts; `progress(done_fraction)` is called as it goes."""
+        if self.tuner is None or seconds <= 0:
+            return {}
+        import numpy as np
+
+        from ..batch import Batch
+        t = self.tuner
+        saved = (t.explore_share, t.frozen, t.confirm_after)
+        t.explore_share, t.frozen, t.confirm_after = 1.0, False, 10**9   # every step explores
+        eng = self.engine
+        sizes = [b for b in (1, 4, 8) if b <= eng.kv.max_seqs and b in eng.programs] or [1]
+        rng = np.random.default_rng(0)
+        t0 = time.monotonic()
+        end = t0 + seconds
+        step = 0
+        try:
+            while time.monotonic() < end:
+                n = sizes[(step // 64) % len(sizes)]            # stay a while in each program
+                batch = Batch.decode(rng.integers(0, eng.config.n_vocab, n),
+                                     [16 + step % 48] * n, list(range(n)))
+                label = str(eng._bucket_of[n])
+                timed = t.before_step(label)
+                before = None
+                if timed:
+                    eng.time_next = True
+                    slots = t.timed_slots()
+                    before = float(eng.table.stats[slots, 1].sum()) if slots is not None else 0.0
+                eng.forward(batch)
+                t.after_step(label, n, timed, before)
+                step += 1
+                if progress is not None and step % 32 == 0:
+                    progress(min(1.0, (time.monotonic() - t0) / seconds))
+            t._end_trial(None)                                   # an unfinished trial: undone
+            eng.table.commit()
+        finally:
+            t.explore_share, t.frozen, t.confirm_after = saved
+        if progress is not None:
+            progress(1.0)
+        out = {"seconds": round(time.monotonic() - t0, 2), "steps": step,
+               "tried": t.tried, "promoted": t.promoted, "refused": t.refused}
+        log.info("adaptive: start-up benchmark: %s", out)
+        return out
+
     # ---- every step (the engine thread) ----
 
     def before_step(self, plan) -> None:

@@ -45,7 +45,7 @@ def identity(engine) -> dict:
 
 def path_for(ident: dict, directory: Path | None = None) -> Path:
     key = hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]
-    return (directory or default_dir()) / f"strategy-{key}.json"
+    return Path(directory or default_dir()) / f"strategy-{key}.json"
 
 
 def spec_to_json(spec: KernelSpec) -> dict:

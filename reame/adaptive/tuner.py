@@ -155,11 +155,13 @@ class KernelTuner:
         a, b = (cyc, t.pending_a) if t.pending_is_b else (t.pending_a, cyc)
         t.pending_a = None
         t.order_ab = not t.order_ab
-        if b > a * (1 + self.jitter):            # the candidate costs users too much
+        if b > a * (1 + self.jitter):            # the candidate costs users too much...
             t.slow_pairs += 1
-            if t.slow_pairs >= 3 and not t.confirming:
+            if t.slow_pairs >= 3 and not t.confirming:   # ...three pairs in a row
                 self._end_trial("reject", "over the latency budget")
                 return
+        else:
+            t.slow_pairs = 0
         verdict = t.comparison.add(a, b)
         if verdict:
             self._end_trial(verdict)

@@ -84,6 +84,12 @@ RECORDS = [
     ("hermes", '<tool_call>\n{"name": "a", "arguments": {}}\n</tool_call>\n<tool_call>\n'
      '{"arguments": {"x": 1}}\n</tool_call>', '<tool_call>\n{"arguments": {"x": 1}}\n</tool_call>',
      [("a", "{}")]),
+    # arguments never closed: the call ends at the closing tag, the next call still counts
+    ("hermes", '<tool_call>\n{"name": "a", "arguments": {"x": [1, 2\n</tool_call>\n<tool_call>\n'
+     '{"name": "b", "arguments": {}}\n</tool_call>', "", [("a", '{"x": [1, 2\n'), ("b", "{}")]),
+    # a JSON string name is decoded (a tool named "météo", written with escapes)
+    ("hermes", '<tool_call>\n{"name": "m\\u00e9t\\u00e9o", "arguments": {"ville": "Nice"}}\n'
+     '</tool_call>', "", [("météo", '{"ville": "Nice"}')]),
     ("hermes", "The <tool> element and <tool_call markers are HTML-ish.\n",
      "The <tool> element and <tool_call markers are HTML-ish.\n", []),
     ("hermes", "Paris is sunny today, 21 °C.", "Paris is sunny today, 21 °C.", []),
@@ -118,6 +124,9 @@ RECORDS = [
     ("mistral", '[TOOL_CALLS][{"name": "get_weather", "arguments": }]',
      '[TOOL_CALLS][{"name": "get_weather", "arguments": }]', []),
     ("mistral", "Bonjour ! Il fait beau à Paris.", "Bonjour ! Il fait beau à Paris.", []),
+    # the second call of the list is broken: the first stays, the rest is content
+    ("mistral", '[TOOL_CALLS][{"name": "get_time", "arguments": {}}, {"nme": "get_weather"}]',
+     '{"nme": "get_weather"}]', [("get_time", "{}")]),
     # newer Mistral
     ("mistral_args", '[TOOL_CALLS]get_weather[ARGS]{"city": "Paris"}[TOOL_CALLS]get_time[ARGS]'
      '{"timezone": "[UTC+1]"}', "",

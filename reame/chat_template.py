@@ -297,6 +297,8 @@ class ChatTemplate:
 
     @cached_property
     def tool_support(self) -> ToolSupport:
+        """What this template renders of tools, calls and results, found once by rendering
+        probe conversations (a few milliseconds, on first use)."""
         tool = {"type": "function", "function": {
             "name": _P_FN, "description": "probe",
             "parameters": {"type": "object", "properties": {"k": {"type": "string"}}}}}

@@ -51,10 +51,20 @@ Parsing rules (the same for whole outputs and streams, whatever the chunking):
 - whitespace next to a tool-call section is dropped; other text is returned unchanged;
 - the markers of some formats are control tokens (`[TOOL_CALLS]`, `<|python_tag|>`,
   `<|tool_call|>`, DeepSeek's): the detokenizer must keep `ToolFormat.markers` in the text.
+
+Use (a chat request with `tools`; `template` a reame.chat_template.ChatTemplate):
+
+    fmt = template.tool_format                        # detect_format(...) or HERMES_FALLBACK
+    prompt = template.render(messages, tools=tools)   # tools, calls and results as it can
+    g = fmt.grammar(tools, tool_choice, parallel_tool_calls,
+                    special_tokens=fmt.special_token_ids(tok), thinking=...)  # None for auto
+    s = fmt.stream()                 # per choice; feed() the content deltas, then finish()
+    content, calls = fmt.parse(text) # non-streamed
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import secrets
@@ -282,9 +292,7 @@ _DS_CALL, _DS_CALL_END, _DS_SEP = "<｜tool▁call▁begin｜>", "<｜tool▁cal
 HERMES = ToolFormat(
     "hermes", triggers=("<tool_call>",), head=_HEAD, tail=r"\s*</tool_call>",
     ends=("</tool_call>", "<tool_call>"), markers=("<tool_call>", "</tool_call>"))
-HERMES_FALLBACK = ToolFormat(
-    "hermes", triggers=("<tool_call>",), head=_HEAD, tail=r"\s*</tool_call>",
-    ends=("</tool_call>", "<tool_call>"), markers=("<tool_call>", "</tool_call>"), native=False)
+HERMES_FALLBACK = dataclasses.replace(HERMES, native=False)
 LLAMA3 = ToolFormat(
     "llama3", triggers=("<|python_tag|>",), at_start=True, next=r"\s*;",
     head=(r'\s*\{\s*(?:"type"\s*:\s*"function"\s*,\s*)?"name"\s*:\s*' + _STR +

@@ -38,6 +38,8 @@ class Generation:
     n_ctx: int = 0                              # context per sequence (0: unbounded)
     ignore_eos: bool = False
     constraint: object = None                   # reame.structured.Constraint: a grammar
+    keep_special: frozenset = frozenset()       # control tokens whose text stays in the output
+                                                # (tool-call and reasoning markers)
 
     def __post_init__(self):
         from .tokenizer import IncrementalDecoder
@@ -76,6 +78,8 @@ class Generation:
             c.accept(tok)
         self.output_ids.append(tok)
         self._held += self.decoder.push(tok)
+        if tok in self.keep_special:             # skipped by the decoder: spelled out here
+            self._held += self.tokenizer.token_bytes(tok).decode("utf-8", "replace")
         text = self._release(final=False)
         step = Step(tok, text, s)
         if self.finished:                                  # a stop sequence matched

@@ -1,7 +1,8 @@
-"""Byte-level BPE (`tokenizer.ggml.model = "gpt2"`): pre-tokenize, spell each word's UTF-8 bytes
-in the GPT-2 byte alphabet, then apply merges lowest rank first, leftmost first on ties -- the
-order llama.cpp's bigram queue produces. Results are cached per word, so text that repeats its
-words (most text) costs a dict lookup per word.
+"""BPE (`tokenizer.ggml.model = "gpt2"`, and "gemma4"): pre-tokenize, spell each word's UTF-8
+bytes in the GPT-2 byte alphabet (or, for SentencePiece-style vocabularies, keep the text with its
+spaces as "▁"), then apply merges lowest rank first, leftmost first on ties -- the order
+llama.cpp's bigram queue produces. Results are cached per word, so text that repeats its words
+(most text) costs a dict lookup per word.
 """
 
 from __future__ import annotations
@@ -19,6 +20,10 @@ class BPE:
         self.t2i = vocab.token_to_id
         self.pre = pre
         self.ignore_merges = pre.ignore_merges
+        # byte_encode=False (Gemma 4-style vocabularies): merges work on the text itself and a
+        # byte without a token becomes its <0xNN> token
+        self.spell = byte_encode if pre.byte_encode else None
+        self.newline_tokens = pre.newline_tokens
         if not isinstance(merges, list):
             raise TokenizerError("tokenizer.ggml.merges must be an array of strings")
         # rank lookup keyed by "left<sep>right". Byte-level tokens never contain a space, so the
@@ -45,9 +50,10 @@ class BPE:
         encode_words(self.pre.split(text), self.cache, self.encode_word, out)
 
     def encode_word(self, word: str) -> list[int]:
-        enc = byte_encode(word)
+        enc = self.spell(word) if self.spell else word
         t2i = self.t2i
-        if len(enc) == 1 or self.ignore_merges:
+        if (len(enc) == 1 or self.ignore_merges
+                or (self.newline_tokens and not enc.strip("\n"))):
             tid = t2i.get(enc)
             if tid is not None:
                 return [tid]
@@ -57,8 +63,13 @@ class BPE:
             tid = t2i.get(s)
             if tid is not None:
                 ids.append(tid)
-            else:                            # not in the vocabulary: one token per byte symbol
+            elif self.spell:                 # not in the vocabulary: one token per byte symbol
                 ids.extend(t2i[c] for c in s if c in t2i)
+            else:                            # raw text: one <0xNN> token per UTF-8 byte
+                for b in s.encode("utf-8", "surrogatepass"):
+                    tid = t2i.get(f"<0x{b:02X}>")
+                    if tid is not None:
+                        ids.append(tid)
         return ids
 
     def _priority(self, a: str, b: str):

@@ -8,8 +8,8 @@ Encoding follows llama.cpp's `llama_vocab::impl::tokenize`:
    user text that spells `<|im_end|>` stays plain text unless the caller asks otherwise.
    Tokens flagged lstrip/rstrip swallow adjacent ASCII whitespace.
 2. Each text fragment goes to the model: SPM gets a leading space when it starts the text or
-   follows a special token (the "add space prefix" rule), spaces escaped to "▁"; byte-level BPE
-   gets the pre-tokenizer named by `tokenizer.ggml.pre`.
+   follows a special token (the "add space prefix" rule), spaces escaped to "▁"; BPE gets the
+   pre-tokenizer named by `tokenizer.ggml.pre` (Gemma 4-style BPE with its spaces escaped to "▁").
 3. BOS/EOS are added as the GGUF's add_bos/add_eos flags say (llama.cpp's defaults when absent).
 
 Python strings may hold lone surrogates (U+D800..U+DFFF), which are not encodable text: they are
@@ -28,7 +28,8 @@ from .bpe import BPE
 from .detokenize import piece_bytes
 from .pretokenize import SUPPORTED, pre_tokenizer
 from .spm import SPM
-from .vocab import ATTR_CONTROL, ATTR_LSTRIP, ATTR_RSTRIP, ATTR_UNKNOWN, Vocab, load_vocab
+from .vocab import (ATTR_CONTROL, ATTR_LSTRIP, ATTR_RSTRIP, ATTR_UNKNOWN, BPE_MODELS, Vocab,
+                    load_vocab)
 
 _SURROGATES = regex.compile("[\ud800-\udfff]")
 _ASCII_SPACE = " \t\n\v\f\r"
@@ -40,7 +41,11 @@ class Tokenizer:
     def __init__(self, vocab: Vocab, model):
         self.vocab = vocab
         self._model = model
-        self._byte_level = vocab.model == "gpt2"
+        self._bpe = isinstance(model, BPE)
+        # SPM-style BPE (Gemma 4) escapes spaces as "▁" and decodes like SentencePiece; every
+        # other BPE vocabulary decodes through the GPT-2 byte alphabet (as llama.cpp does)
+        self._escape_spaces = self._bpe and model.pre.escape_spaces
+        self._byte_level = self._bpe and not self._escape_spaces
         self._bytes: list[bytes | None] = [None] * vocab.n_vocab
         self._special_texts = [(vocab.tokens[i], i) for i in vocab.special_cache]
 
@@ -50,16 +55,21 @@ class Tokenizer:
     def from_metadata(cls, metadata: dict[str, Any]) -> "Tokenizer":
         """Tokenizer from GGUF metadata; TokenizerError when fields are missing/inconsistent."""
         model = metadata.get("tokenizer.ggml.model")
-        if model == "gpt2":
-            pre_name = str(metadata.get("tokenizer.ggml.pre") or "default")
+        if model in BPE_MODELS:
+            # llama.cpp: the "gemma4" tokenizer model is BPE with the "gemma4" pre-tokenizer
+            pre_name = ("gemma4" if model == "gemma4"
+                        else str(metadata.get("tokenizer.ggml.pre") or "default"))
             pre = pre_tokenizer(pre_name)
             if pre is None:
                 raise TokenizerError(f"unknown pre-tokenizer tokenizer.ggml.pre = {pre_name!r} "
                                      f"(supported: {', '.join(SUPPORTED)})")
             merges = metadata.get("tokenizer.ggml.merges")
             if merges is None:
-                raise TokenizerError("byte-level BPE vocabulary without tokenizer.ggml.merges")
-            vocab = load_vocab(metadata, default_flags=(pre.add_bos, False))
+                if not pre.merges_optional:
+                    raise TokenizerError("BPE vocabulary without tokenizer.ggml.merges")
+                merges = []
+            vocab = load_vocab(metadata, default_flags=(pre.add_bos, False),
+                               force_bos=pre.force_bos, no_bos=pre.no_bos)
             return cls(vocab, BPE(vocab, pre, merges))
         vocab = load_vocab(metadata)
         return cls(vocab, SPM(vocab))
@@ -108,7 +118,7 @@ class Tokenizer:
     @property
     def kind(self) -> str:
         """"spm" or "bpe"."""
-        return "bpe" if self._byte_level else "spm"
+        return "bpe" if self._bpe else "spm"
 
     @property
     def pre(self) -> str:
@@ -166,10 +176,11 @@ class Tokenizer:
                 else:
                     fragments.append(frag)
         model = self._model
-        if self._byte_level:
+        if self._bpe:
+            escape = self._escape_spaces
             for frag in fragments:
                 if isinstance(frag, str):
-                    model.encode(frag, out)
+                    model.encode(frag.replace(" ", "▁") if escape else frag, out)
                 else:
                     out.append(frag)
         else:

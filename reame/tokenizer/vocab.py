@@ -36,6 +36,8 @@ _TYPE_TO_ATTR = np.array([0, ATTR_NORMAL, ATTR_UNKNOWN, ATTR_CONTROL, ATTR_USER_
                           ATTR_UNUSED, ATTR_BYTE, 0], dtype=np.int32)
 
 K = "tokenizer.ggml."
+# tokenizer.ggml.model values that are BPE vocabularies ("gemma4": SPM-style BPE, spaces as "▁")
+BPE_MODELS = ("gpt2", "gemma4")
 
 # texts that mark an end-of-turn token (llama.cpp's list), used when the GGUF has no eot id
 _EOT_TEXTS = ("<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>",
@@ -87,9 +89,12 @@ def _get(md: dict, key: str, default=None):
     return md.get(key, default)
 
 
-def load_vocab(md: dict[str, Any], default_flags: tuple[bool, bool] | None = None) -> Vocab:
+def load_vocab(md: dict[str, Any], default_flags: tuple[bool, bool] | None = None,
+               force_bos: bool = False, no_bos: bool = False) -> Vocab:
     """Vocabulary from GGUF metadata. `default_flags` = (add_bos, add_eos) the tokenizer model
-    implies when the GGUF has no flags (decided by the caller, which knows the pre-tokenizer)."""
+    implies when the GGUF has no flags (decided by the caller, which knows the pre-tokenizer);
+    `force_bos`: add BOS whatever the GGUF says (llama.cpp's Gemma 4 rule); `no_bos`: no default
+    BOS id (ChatGLM/GLM pre-tokenizers)."""
     model = _get(md, K + "model")
     if model is None:
         raise TokenizerError("GGUF has no tokenizer.ggml.model: this model file carries no "
@@ -133,13 +138,17 @@ def load_vocab(md: dict[str, Any], default_flags: tuple[bool, bool] | None = Non
         special = {"bos": 1, "eos": 2, "unk": 0}
         add_space_prefix = True
         add_bos, add_eos = True, False
-    elif model == "gpt2":
-        special = {"bos": 11, "eos": 11, "unk": None}
+    elif model in BPE_MODELS:
+        special = ({"bos": 11, "eos": 11, "unk": None} if model == "gpt2"
+                   else {"bos": None, "eos": None, "unk": None})
+        if no_bos:
+            special["bos"] = None
         add_space_prefix = False
         add_bos, add_eos = default_flags or (False, False)
     else:
         raise TokenizerError(f"tokenizer model {model!r} is not supported "
-                             "(supported: 'llama' = SentencePiece, 'gpt2' = byte-level BPE)")
+                             "(supported: 'llama' = SentencePiece, 'gpt2' = byte-level BPE, "
+                             "'gemma4' = SentencePiece-style BPE)")
     add_space_prefix = bool(_get(md, K + "add_space_prefix", add_space_prefix))
 
     keys = {"bos": "bos_token_id", "eos": "eos_token_id", "eot": "eot_token_id",
@@ -169,6 +178,8 @@ def load_vocab(md: dict[str, Any], default_flags: tuple[bool, bool] | None = Non
         add_bos = bool(md[K + "add_bos_token"])
     if _get(md, K + "add_eos_token") is not None:
         add_eos = bool(md[K + "add_eos_token"])
+    if force_bos:
+        add_bos = True
     if add_bos and special["bos"] is None:
         raise TokenizerError("tokenizer.ggml.add_bos_token is true, but the BOS token id is "
                              "not set")
@@ -199,7 +210,7 @@ def load_vocab(md: dict[str, Any], default_flags: tuple[bool, bool] | None = Non
             eog.add(special[name])
     for t in _EOG_TEXTS:
         tid = token_to_id.get(t)
-        if tid is not None and t == "</s>" and attrs[tid] & ATTR_NORMAL and model == "gpt2":
+        if tid is not None and t == "</s>" and attrs[tid] & ATTR_NORMAL and model in BPE_MODELS:
             continue   # an ordinary BPE word in Qwen-style vocabularies, not an end marker
         if tid is not None:
             eog.add(tid)

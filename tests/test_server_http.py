@@ -97,7 +97,8 @@ def test_reader_hands_malformed_heads_to_gunicorn_at_once():
                  b"POST / HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n",
                  b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n",
                  b"POST / HTTP/1.1\r\nExpect: something\r\nContent-Length: 3\r\n\r\n",
-                 b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n"):
+                 b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+                 b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabcXX"):
         assert reader().feed(data) == "ready", data
 
 
@@ -242,16 +243,40 @@ def requests_total(app, endpoint: str, status: int) -> float:
     return app.reame.metrics._values["reame_requests_total"].get((endpoint, str(status)), 0)
 
 
-def test_chunked_request_body(client):
-    """Transfer-Encoding: chunked with no Content-Length: the body is read to its end (it was
-    answered 400 "The request body is empty")."""
+def call(app, method, path, body=b"", headers=None, drop=()):
+    """Call the WSGI app directly: (status line, headers, body). `drop` removes environ keys
+    falcon.testing would set (CONTENT_LENGTH for a chunked body)."""
+    env = testing.create_environ(method=method, path=path, body=body, headers=headers)
+    for k in drop:
+        env.pop(k, None)
+    out = {}
+
+    def start(status, hdrs, exc_info=None):
+        out["status"], out["headers"] = status, dict(hdrs)
+
+    it = app(env, start)
+    try:
+        data = b"".join(it)
+    finally:
+        getattr(it, "close", lambda: None)()
+    return out["status"], out["headers"], data
+
+
+def test_chunked_request_body(app):
+    """Transfer-Encoding: chunked with no Content-Length: the body is read to its end (the
+    server de-chunks wsgi.input); it was answered 400 "The request body is empty"."""
     body = json.dumps({"model": MODEL, "prompt": "Once upon a time", "max_tokens": 4,
                        "temperature": 0}).encode()
-    r = client.simulate_post("/v1/completions", body=body,
-                             headers={"Content-Type": "application/json",
-                                      "Transfer-Encoding": "chunked"})
-    assert r.status_code == 200, r.text
-    assert r.json["usage"]["completion_tokens"] == 4
+    status, _, data = call(app, "POST", "/v1/completions", body,
+                           {"Content-Type": "application/json", "Transfer-Encoding": "chunked"},
+                           drop=("CONTENT_LENGTH",))
+    assert status.startswith("200"), data
+    assert json.loads(data)["usage"]["completion_tokens"] == 4
+    status, _, data = call(app, "POST", "/v1/completions", b"x" * (16 * 2**20 + 1),
+                           {"Transfer-Encoding": "chunked"}, drop=("CONTENT_LENGTH",))
+    assert status.startswith("413") and json.loads(data)["error"]["code"] == "request_too_large"
+    status, _, data = call(app, "POST", "/v1/completions", body, drop=("CONTENT_LENGTH",))
+    assert status.startswith("400") and "empty" in data.decode()   # no length, not chunked
 
 
 def test_head_wherever_get_is_served(app, client):
@@ -612,6 +637,33 @@ def test_head_and_body_timeouts_answer_408(strict):
         for s in (a, b, c):
             s.close()
     assert health_ok(strict)
+
+
+def test_bodies_being_received_have_a_memory_budget(strict):
+    """The bodies a worker is receiving hold at most 16 x the body limit (4 KiB here): beyond,
+    503 with Retry-After at once. The budget is given back: a second round of 16 fits."""
+    head = b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 4096\r\n\r\n"
+
+    def round_(n):
+        socks = [connect(strict) for _ in range(n)]
+        try:
+            for s in socks:
+                s.sendall(head + b" " * 4000)              # 96 bytes short of the body
+            statuses = []
+            for s in socks:
+                status, headers, body = read_response(s, 5)
+                json_error(status, headers, body, status)
+                if status == 503:
+                    assert headers["retry-after"] == "1"
+                statuses.append(status)
+            return statuses
+        finally:
+            for s in socks:
+                s.close()
+
+    first = round_(20)
+    assert 3 <= first.count(503) <= 5 and first.count(408) == 20 - first.count(503), first
+    assert round_(16) == [408] * 16                       # nothing left counted against it
 
 
 def test_connections_per_worker_are_bounded(stories_path, tmp_path_factory):

@@ -726,6 +726,26 @@ def test_chunked_request_bodies(server, strict):
         s.close()
 
 
+def test_pipelined_requests(server):
+    """Requests sent back to back in one write are answered in order (the second is read from
+    what the first one's reading left over, then handed to a thread like any other)."""
+    body = b'{"content": "Once"}'
+    s = connect(server)
+    try:
+        s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
+                  b"POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s"
+                  b"GET /v1/models HTTP/1.1\r\nHost: x\r\n" % (len(body), body))
+        status, _, got = read_response(s)
+        assert status == 200 and json.loads(got) == {"status": "ok"}
+        status, _, got = read_response(s)
+        assert status == 200 and json.loads(got)["tokens"] == [403]
+        s.sendall(b"\r\n")                             # the third head ends later
+        status, _, got = read_response(s)
+        assert status == 200 and json.loads(got)["data"][0]["id"] == MODEL
+    finally:
+        s.close()
+
+
 def test_expect_100_continue(server):
     body = json.dumps({"content": "Once upon a time"}).encode()
     s = connect(server)

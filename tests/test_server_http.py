@@ -688,6 +688,25 @@ def test_connections_per_worker_are_bounded(stories_path, tmp_path_factory):
         s.stop()
 
 
+def test_shutdown_does_not_wait_for_slow_clients(stories_path, tmp_path_factory):
+    """On SIGTERM, a request still being sent gets 2 s, then 503 shutting_down; the server
+    exits at once instead of waiting out the head timeout (or gunicorn's 30 s grace)."""
+    s = ReameServer(stories_path, log_dir=tmp_path_factory.mktemp("stop"))
+    c = connect(s)
+    try:
+        c.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n")
+        time.sleep(0.3)
+        t0 = time.monotonic()
+        s.proc.terminate()
+        err = json_error(*read_response(c, 10), 503, "shutting_down")
+        assert "shutting down" in err["message"]
+        s.proc.wait(10)
+        assert time.monotonic() - t0 < 6 and s.proc.returncode == 0, s.log()
+    finally:
+        c.close()
+        s.stop()
+
+
 def test_chunked_request_bodies(server, strict):
     """Transfer-Encoding: chunked through gunicorn: answered like the same body with a
     Content-Length (it was 400 "The request body is empty"); over the limit: 413."""

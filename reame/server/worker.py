@@ -206,11 +206,12 @@ class RequestReader:
         return True
 
 
-def http_error(status: int, message: str, headers: dict | None = None) -> bytes:
+def http_error(status: int, message: str, headers: dict | None = None,
+               code: str | None = None) -> bytes:
     """A whole HTTP/1.1 response carrying the OpenAI error body; the connection closes."""
     kind = "invalid_request_error" if status < 500 else "server_error"
-    code = {408: "request_timeout", 413: "request_too_large", 414: "uri_too_long",
-            431: "request_header_fields_too_large", 503: "server_busy"}.get(status)
+    code = code or {408: "request_timeout", 413: "request_too_large", 414: "uri_too_long",
+                    431: "request_header_fields_too_large", 503: "server_busy"}.get(status)
     body = json.dumps(error_body(message, kind, None, code)).encode()
     reason = _REASONS.get(status, "Error")
     head = [f"HTTP/1.1 {status} {reason}", "Connection: close",
@@ -415,12 +416,13 @@ class ReameWorker(ThreadWorker):
         except OSError:
             pass
 
-    def _answer(self, conn: ReameConn, status: int, message: str, headers=None) -> None:
+    def _answer(self, conn: ReameConn, status: int, message: str, headers=None,
+                code: str | None = None) -> None:
         """Answer an error from the event loop, then close gracefully."""
         self.log.info("%s to %s: %s", status, _peer(conn), message)
         self._leave(conn)
         conn.reader = None
-        if _send_now(conn.sock, http_error(status, message, headers)):
+        if _send_now(conn.sock, http_error(status, message, headers, code)):
             self.linger(conn)
         else:
             self._drop(conn)
@@ -458,7 +460,7 @@ class ReameWorker(ThreadWorker):
                 self._drop(conn)                        # drained, or sent nothing: close quietly
             elif not self.alive:
                 self._answer(conn, 503, "The server is shutting down; retry.",
-                             {"Retry-After": str(RETRY_AFTER)})
+                             {"Retry-After": str(RETRY_AFTER)}, "shutting_down")
             elif conn.reader.waiting_for_body:
                 self._answer(conn, 408, f"The request body did not arrive within "
                              f"{self.body_timeout:g} s.")

@@ -8,7 +8,9 @@ until it is ready). With `reame.server.gunicorn_conf` the load starts as soon as
 boots; without it, the first request (typically a health check) starts it. Variables:
 REAME_MODEL (required), REAME_ENGINE, REAME_THREADS, REAME_CTX_SIZE, REAME_KV_TYPE,
 REAME_MAX_SEQS, REAME_QUEUE_SIZE, REAME_REQUEST_TIMEOUT, REAME_API_KEY,
-REAME_CHAT_TEMPLATE_FILE, REAME_MODEL_ALIAS, REAME_MAX_BODY_BYTES, REAME_METRICS_DIR.
+REAME_CHAT_TEMPLATE_FILE, REAME_MODEL_ALIAS, REAME_MAX_BODY_BYTES, REAME_METRICS_DIR,
+REAME_CORS_ORIGINS; for Reame's gunicorn worker (set by that config file) REAME_HEADER_TIMEOUT,
+REAME_BODY_TIMEOUT, REAME_SEND_TIMEOUT and REAME_MAX_CONNECTIONS.
 """
 
 from __future__ import annotations

@@ -666,6 +666,27 @@ def test_bodies_being_received_have_a_memory_budget(strict):
     assert round_(16) == [408] * 16                       # nothing left counted against it
 
 
+def test_gunicorn_config_file_runs_the_same_worker(stories_path, tmp_path_factory):
+    """`gunicorn -c python:reame.server.gunicorn_conf reame.wsgi:app` reads its HTTP-layer
+    settings from REAME_* variables: a head timeout of 1 s answers 408."""
+    from test_server_e2e import free_port
+    port = free_port()
+    cmd = [sys.executable, "-m", "gunicorn", "-c", "python:reame.server.gunicorn_conf",
+           "reame.wsgi:app"]
+    s = ReameServer(None, cmd=cmd, port=port, log_dir=tmp_path_factory.mktemp("conf"),
+                    env={"REAME_MODEL": str(stories_path), "REAME_BIND": f"127.0.0.1:{port}",
+                         "REAME_THREADS": "1", "REAME_HEADER_TIMEOUT": "1"})
+    c = connect(s)
+    try:
+        c.sendall(b"GET /health HTTP/1.1\r\n")
+        t0 = time.monotonic()
+        json_error(*read_response(c, 5), 408, "request_timeout")
+        assert time.monotonic() - t0 < 3
+    finally:
+        c.close()
+        s.stop()
+
+
 def test_connections_per_worker_are_bounded(stories_path, tmp_path_factory):
     """--max-connections 4: four idle connections fill the worker; a fifth client waits in the
     listen backlog until the head timeout closes them, then is served."""

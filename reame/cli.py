@@ -11,8 +11,19 @@ import time
 from .errors import ReameError
 
 
+MODEL_HELP = ("a .gguf file, or a model on the Hugging Face Hub: org/repo[:QUANT] or "
+              "hf://org/repo/FILE.gguf (downloaded into its cache; needs the 'hub' extra)")
+
+
+def resolve_model_arg(args) -> None:
+    """args.model: a path, or a Hub name resolved (downloaded if needed) to its local path."""
+    from .hub import resolve_model
+    args.model = resolve_model(args.model)
+
+
 def cmd_info(args) -> int:
     from .model import load_model
+    resolve_model_arg(args)
     info = load_model(args.model).info()
     if args.json:
         print(json.dumps(info, indent=2))
@@ -56,6 +67,10 @@ def cmd_generate(args) -> int:
         raise ReameError(f"--max-tokens must be >= 1 (got {args.max_tokens})")
     if args.ctx_size is not None and args.ctx_size < 0:
         raise ReameError(f"--ctx-size must be >= 0 (0: the default; got {args.ctx_size})")
+    if args.quiet:
+        from . import progress
+        progress.configure("off")
+    resolve_model_arg(args)
     model = load_model(args.model)
     params = SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
                             min_p=args.min_p, repetition_penalty=args.repeat_penalty,
@@ -148,12 +163,12 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("info", help="describe a GGUF model")
-    p.add_argument("model", help="path to a .gguf file")
+    p.add_argument("model", help=MODEL_HELP)
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_info)
 
     p = sub.add_parser("generate", help="generate text from a prompt, streamed to stdout")
-    p.add_argument("model", help="path to a .gguf file")
+    p.add_argument("model", help=MODEL_HELP)
     p.add_argument("--prompt", "-p", required=True, help="prompt text")
     p.add_argument("--max-tokens", "-n", type=int, default=128)
     p.add_argument("--temperature", type=float, default=0.8, help="0 = greedy (default 0.8)")
@@ -170,7 +185,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--special", action="store_true",
                    help="parse special tokens written in the prompt")
     p.add_argument("--echo", action="store_true", help="print the prompt first")
-    p.add_argument("--quiet", "-q", action="store_true", help="no timing line on stderr")
+    p.add_argument("--quiet", "-q", action="store_true",
+                   help="no timing line or progress on stderr")
     add_engine_args(p)
     p.set_defaults(func=cmd_generate)
 

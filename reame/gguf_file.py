@@ -15,7 +15,7 @@ import mmap
 import os
 import struct
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
@@ -120,9 +120,13 @@ class _Cursor:
 
 
 class GGUFFile:
-    """A GGUF file opened read-only: `metadata` (key -> python value) and `tensors` (name -> Tensor)."""
+    """A GGUF file opened read-only: `metadata` (key -> python value) and `tensors` (name -> Tensor).
 
-    def __init__(self, path: str | os.PathLike):
+    `on_progress(done, total)`, when given, is called as the header's entries (metadata keys, then
+    tensor descriptors) are read; it changes nothing else."""
+
+    def __init__(self, path: str | os.PathLike,
+                 on_progress: Callable[[int, int], None] | None = None):
         self.path = str(path)
         try:
             size = os.path.getsize(self.path)
@@ -151,18 +155,22 @@ class GGUFFile:
             raise ModelError(self.path, "corrupt GGUF header (impossible tensor or key count)")
 
         self.metadata: dict[str, Any] = {}
-        for _ in range(n_kv):
+        for i in range(n_kv):
             key = cur.string()
             self.metadata[key] = cur.value(cur.u32())
+            if on_progress is not None:
+                on_progress(i + 1, n_kv + n_tensors)
 
         infos = []
-        for _ in range(n_tensors):
+        for i in range(n_tensors):
             name = cur.string()
             n_dims = cur.u32()
             if n_dims > 4:
                 raise ModelError(self.path, f"tensor {name!r} has {n_dims} dimensions (at most 4)")
             dims = tuple(cur.u64() for _ in range(n_dims))
             infos.append((name, dims, cur.u32(), cur.u64()))
+            if on_progress is not None:
+                on_progress(n_kv + i + 1, n_kv + n_tensors)
 
         align = self.metadata.get("general.alignment", DEFAULT_ALIGNMENT)
         if (not isinstance(align, int) or isinstance(align, bool)

@@ -73,8 +73,13 @@ class Model:
 
 
 def load_model(path: str | os.PathLike) -> Model:
-    """Open and check a GGUF model. Raises ModelError (one line naming file and problem)."""
-    gf = GGUFFile(path)
-    config = config_from_gguf(gf)
-    check_tensors(gf, config)
+    """Open and check a GGUF model. Raises ModelError (one line naming file and problem).
+
+    Progress (reame.progress; shown only when it takes a while): the header's entries read."""
+    from . import progress
+    with progress.task(f"loading {os.path.basename(str(path))}", unit="header entries") as task:
+        gf = GGUFFile(path, on_progress=task.set)
+        task.note("checking tensors")
+        config = config_from_gguf(gf)
+        check_tensors(gf, config)
     return Model(str(path), gf, config)

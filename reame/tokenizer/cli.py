@@ -1,4 +1,5 @@
-"""`reame tokenize MODEL.gguf TEXT`: print the token ids and pieces of a text.
+"""`reame tokenize MODEL.gguf TEXT`: print the token ids and pieces of a text (MODEL may also be a
+Hugging Face model name, see reame/hub.py).
 
 TEXT "-" reads standard input exactly as given (no newline stripped). Special-token parsing and
 BOS/EOS are off unless asked for (--parse-special, --add-special), so the ids match llama.cpp's
@@ -14,7 +15,8 @@ import sys
 def add_tokenize_command(subparsers) -> None:
     p = subparsers.add_parser("tokenize", help="print the token ids and pieces of a text",
                               description=__doc__.split("\n\n", 1)[1].strip())
-    p.add_argument("model", help="GGUF file")
+    from ..cli import MODEL_HELP
+    p.add_argument("model", help=MODEL_HELP)
     p.add_argument("text", help='text to tokenize ("-" reads standard input)')
     p.add_argument("--json", action="store_true", help='print {"ids": [...], "pieces": [...]}')
     p.add_argument("--parse-special", action="store_true",
@@ -36,7 +38,9 @@ def cmd_tokenize(args) -> int:
     from ..gguf_file import GGUFFile
     from .tokenizer import Tokenizer
 
+    from ..cli import resolve_model_arg
     text = _read_text(args.text)
+    resolve_model_arg(args)
     tok = Tokenizer.from_metadata(GGUFFile(args.model).metadata)
     ids = tok.encode(text, add_special=bool(args.add_special),
                      parse_special=bool(args.parse_special))

@@ -67,9 +67,8 @@ def cmd_generate(args) -> int:
         raise ReameError(f"--max-tokens must be >= 1 (got {args.max_tokens})")
     if args.ctx_size is not None and args.ctx_size < 0:
         raise ReameError(f"--ctx-size must be >= 0 (0: the default; got {args.ctx_size})")
-    if args.quiet:
-        from . import progress
-        progress.configure("off")
+    from . import progress
+    progress.configure("off" if args.quiet else None)
     resolve_model_arg(args)
     model = load_model(args.model)
     params = SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,

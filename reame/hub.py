@@ -221,7 +221,8 @@ def _download(hub, repo: str, filename: str, revision: str | None, s: dict) -> s
 
     from . import progress
     extra = {}
-    if "tqdm_class" in inspect.signature(hub.hf_hub_download).parameters:
+    hf_bars_off = os.environ.get("HF_HUB_DISABLE_PROGRESS_BARS", "").lower() in ("1", "true", "yes")
+    if not hf_bars_off and "tqdm_class" in inspect.signature(hub.hf_hub_download).parameters:
         extra["tqdm_class"] = progress.tqdm_class(f"downloading {filename}")
     return hub.hf_hub_download(repo_id=repo, filename=filename, revision=revision,
                                cache_dir=s["cache_dir"], token=s["token"], endpoint=s["endpoint"],

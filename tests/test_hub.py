@@ -290,6 +290,9 @@ def test_download_progress(fake_hub, monkeypatch, capsys):
     size = len(REPOS["org/one"]["only.gguf"])
     assert f"reame: downloading only.gguf: done ({size} B in " in err, err
     assert "\r" not in err
+    monkeypatch.setenv("HF_HUB_DISABLE_PROGRESS_BARS", "1")    # huggingface_hub's own switch
+    resolve_model("hf://org/tiny-GGUF/tiny-Q8_0.gguf")
+    assert capsys.readouterr().err == ""
 
 
 # ---- the CLI -------------------------------------------------------------------------------------

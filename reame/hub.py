@@ -12,7 +12,9 @@ Choosing the file: the repo's `.gguf` files, without vision projectors (`mmproj*
 split model (`NAME-00001-of-00003.gguf`, ...) counted once. With a QUANT, the files whose path has
 it as a whole word (case-insensitive; `Q4_K` does not pick `Q4_K_M`); without one, the only file,
 else the Q4_K_M file (llama.cpp's default), else an error listing the choices. Every part of a
-split model is downloaded and the first part's path returned (the loader finds the others).
+split model is downloaded (into one folder) and the first part's path returned. (Reame's loader
+reads single-file GGUFs only, so a split model does not load yet: merge it with llama.cpp's
+`llama-gguf-split --merge`.)
 
 Downloads honour the usual huggingface_hub settings: HF_ENDPOINT (another Hub or a mirror),
 HF_HOME / HF_HUB_CACHE (where files go), HF_TOKEN (private and gated repos), HF_HUB_OFFLINE.

@@ -1,8 +1,8 @@
-"""Models by name (reame/hub.py) against a fake Hugging Face Hub: a small HTTP server in this process
-that answers the requests huggingface_hub makes (the file list: GET /api/models/ORG/REPO/tree/REV;
-a file: HEAD and GET /ORG/REPO/resolve/REV/PATH with ETag and X-Repo-Commit; errors with the Hub's
-X-Error-Code header), with HF_ENDPOINT pointing at it and the cache in a temporary folder. No
-network."""
+"""Models by name (reame/hub.py) against a fake Hugging Face Hub: a small HTTP server in this
+process that answers the requests huggingface_hub makes (the file list: GET
+/api/models/ORG/REPO/tree/REV; a file: HEAD and GET /ORG/REPO/resolve/REV/PATH with ETag and
+X-Repo-Commit; errors with the Hub's X-Error-Code header), with HF_ENDPOINT pointing at it and the
+cache in a temporary folder. No network."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from urllib.parse import unquote, urlsplit
 
 import pytest
 
-from reame import hub, progress
+from reame import progress
 from reame.cli import main
 from reame.errors import ReameError
 from reame.hub import choose_file, parse_model_name, resolve_model, split_parts

@@ -178,7 +178,8 @@ SPLITS = {
         ["中文字 ひらがな カタカナ 한국어 ㄅㄆ 。，、！ тест\u3000abc\u2028] tab\t\ttab"],
         ["  lead     five", "\n\n\n", "  trail \r", "\n", "<sentinel:12> IMGIMGABZ $+<=>^~|` a/b",
          "\n", "// x   "],)),
-    'GPT2': ('a.x-4.0 exaone4 gigachat gpt-2 jina-de jina-es jina-v1-en jina-v2-code jina-v2-de jina-v2-es mellum modern-bert phi-2 roberta-bpe', (
+    'GPT2': ('a.x-4.0 exaone4 gigachat gpt-2 jina-de jina-es jina-v1-en jina-v2-code jina-v2-de '
+             'jina-v2-es mellum modern-bert phi-2 roberta-bpe', (
         ["Hello", " World", "'s", " DON", "'", "T", " stop", ":", " HelloWorld", " ÀBC", " àbc",
          " e", "\u0301", "t", "\u0301", "e", " 1234567", " ١٢٣٤", " x", "²", " ", " 42"],
         ["中文字", " ひらがな", " カタカナ", " 한국어", " ㄅㄆ", " 。，、！", " тест", "\u3000", "abc", "\u2028", "]",
@@ -425,7 +426,8 @@ SPLITS = {
         ["Hello World's DON'T stop: HelloWorld ÀBC àbc e\u0301t\u0301e ", "1", "234", "567", " ",
          "١٢٣٤", " x", "²", "  ", "42"],
         ["中文字 ひらがな カタカナ 한국어 ㄅㄆ 。，、！ тест\u3000abc\u2028] tab\t\ttab"],
-        ["  lead     five\n\n\n  trail \r\n<sentinel:", "12", "> IMGIMGABZ $+<=>^~|` a/b\n// x   "],)),
+        ["  lead     five\n\n\n  trail \r\n<sentinel:", "12",
+         "> IMGIMGABZ $+<=>^~|` a/b\n// x   "],)),
     'TEKKEN': ('tekken', (
         ["Hello", " World", "'s", " DON", "'T", " stop", ":", " Hello", "World", " À", "BC",
          " àbc", " e", "\u0301t", "\u0301e", " ", "1", "2", "3", "4", "5", "6", "7", " ", "١", "٢",

@@ -128,12 +128,13 @@ _YOUTU_SCRIPTS = "|".join((
     "[" + _ranges((0xAC00, 0xD7A3), (0x3131, 0x318E)) + "]+",                      # Hangul
     "[" + _ranges((0xFF01, 0xFF01), (0x2026, 0x2026), (0x201C, 0x201D), (0x2018, 0x2019),
                   (0x2014, 0x2014), (0xFF1A, 0xFF1B), (0xFF0C, 0xFF0C), (0x3001, 0x303F),
-                  (0xFE30, 0xFE4F)) + "]+",                                         # CJK punctuation
+                  (0xFE30, 0xFE4F)) + "]+",                                  # CJK punctuation
     "[" + _ranges((0x3105, 0x312F)) + "]+",                                        # Bopomofo
     _CJK_KANA))
 # DeepSeek-LLM: a fixed list of cased letters (Latin, Greek, Cyrillic, Armenian, Georgian,
 # Cherokee, ..., Adlam), then ASCII and full-width punctuation
-_DS_LLM_LETTERS = _ranges(*((int(a, 16), int(b or a, 16)) for a, _, b in (s.partition("-") for s in (
+_DS_LLM_LETTERS = _ranges(*((int(a, 16), int(b or a, 16))
+                            for a, _, b in (s.partition("-") for s in (
     "41-5A 61-7A B5 C0-D6 D8-F6 F8-1BA 1BC-1BF 1C4-293 295-2AF 370-373 376-377 37B-37D 37F 386 "
     "388-38A 38C 38E-3A1 3A3-3F5 3F7-481 48A-52F 531-556 10A0-10C5 13A0-13F5 13F8-13FD 1C90-1CBA "
     "1CBD-1CBF 1D00-1D2B 1D6B-1D77 1D79-1D9A 1E00-1F15 1F18-1F1D 1F20-1F45 1F48-1F4D 1F50-1F57 "

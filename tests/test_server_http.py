@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+import weakref
 from http.client import HTTPConnection
 
 import pytest
@@ -229,7 +230,8 @@ def tok(stories_model):
 
 @pytest.fixture(scope="module")
 def app(stories_model):
-    a = create_app(new_engine(stories_model), ServerConfig(model=stories_model.path, max_seqs=4))
+    a = create_app(new_engine(stories_model).inner,      # the engine itself: final_hidden too
+                   ServerConfig(model=stories_model.path, max_seqs=4))
     yield a
     stop_app(a)
 
@@ -351,6 +353,110 @@ def test_tokenize_errors_are_openai_shaped(client):
     assert_error(client.simulate_get("/tokenize"), 405)
 
 
+def pooled_oracle(model, tok, text_or_ids, pooling):
+    """The reference engine's final hidden states of the whole prompt in one step, pooled and
+    scaled to unit length in numpy."""
+    import numpy as np
+
+    from reame.batch import Batch
+    from reame.engines import create_engine
+    ids = tok.encode(text_or_ids, add_special=True) if isinstance(text_or_ids, str) \
+        else text_or_ids
+    eng = create_engine(model, "reference", n_ctx=256, max_seqs=1)
+    eng.forward(Batch.prefill(ids, 0, 0))
+    h = eng.final_hidden(0, len(ids)).astype(np.float64)
+    v = h.mean(0) if pooling == "mean" else h[-1]
+    return v / np.linalg.norm(v), len(ids)
+
+
+def test_embeddings_are_the_pooled_final_hidden_states(stories_model, client, tok):
+    """stories260K's GGUF names no pooling: the last token's, as decoder embedding models."""
+    import base64
+
+    import numpy as np
+    texts = ["Once upon a time", "The little dog ran to the park"]
+    r = client.simulate_post("/v1/embeddings", json={"model": MODEL, "input": texts})
+    assert r.status_code == 200, r.text
+    body = r.json
+    assert body["object"] == "list" and body["model"] == MODEL
+    n = 0
+    for i, (d, text) in enumerate(zip(body["data"], texts)):
+        want, k = pooled_oracle(stories_model, tok, text, "last")
+        n += k
+        assert d["object"] == "embedding" and d["index"] == i and len(d["embedding"]) == 64
+        np.testing.assert_allclose(d["embedding"], want, atol=2e-5)
+    assert body["usage"] == {"prompt_tokens": n, "total_tokens": n}
+    # base64: the same float32 values, little-endian; token-id inputs
+    ids = tok.encode(texts[0], add_special=True)
+    r = client.simulate_post("/v1/embeddings", json={"input": [ids, ids[:3]],
+                                                     "encoding_format": "base64"})
+    got = [np.frombuffer(base64.b64decode(d["embedding"]), "<f4") for d in r.json["data"]]
+    np.testing.assert_allclose(got[0], body["data"][0]["embedding"], atol=1e-7)
+    np.testing.assert_allclose(got[1], pooled_oracle(stories_model, tok, ids[:3], "last")[0],
+                               atol=2e-5)
+    r = client.simulate_post("/v1/embeddings", json={"input": ids, "dimensions": 64})
+    np.testing.assert_allclose(r.json["data"][0]["embedding"], got[0], atol=2e-6)
+
+
+def test_embeddings_mean_pooling(stories_model, tok):
+    import numpy as np
+    app = create_app(new_engine(stories_model).inner,
+                     ServerConfig.from_env({"REAME_POOLING": "mean"}, model=stories_model.path))
+    try:
+        r = testing.TestClient(app).simulate_post("/v1/embeddings", json={"input": "The dog"})
+        np.testing.assert_allclose(r.json["data"][0]["embedding"],
+                                   pooled_oracle(stories_model, tok, "The dog", "mean")[0],
+                                   atol=2e-5)
+    finally:
+        stop_app(app)
+
+
+def test_embedding_pooling_from_the_model(stories_model):
+    from types import SimpleNamespace as NS
+
+    from reame.server.service import embedding_pooling
+
+    def engine(md, hidden=True):
+        e = NS(model=NS(metadata=md), config=NS(arch="qwen3"))
+        if hidden:
+            e.final_hidden = lambda lo, hi: None
+        return e
+
+    cfg = ServerConfig()
+    assert embedding_pooling(engine({}), cfg) == ("last", None)
+    assert embedding_pooling(engine({"qwen3.pooling_type": 1}), cfg) == ("mean", None)
+    assert embedding_pooling(engine({"qwen3.pooling_type": 3}), cfg) == ("last", None)
+    assert embedding_pooling(engine({"llama.pooling_type": 1}), cfg) == ("last", None)  # arch
+    kind, why = embedding_pooling(engine({"qwen3.pooling_type": 2}), cfg)
+    assert kind is None and "cls" in why
+    assert embedding_pooling(engine({"qwen3.pooling_type": 2}), ServerConfig(pooling="mean")) \
+        == ("mean", None)
+    kind, why = embedding_pooling(engine({}, hidden=False), cfg)
+    assert kind is None and "hidden" in why
+
+
+def test_embeddings_errors(client, app):
+    assert_error(client.simulate_post("/v1/embeddings", json={}), 400, "input",
+                 "missing_required_parameter")
+    for bad in ("", [], [""], ["a", 3], [[1, 2], []], [True], {"a": 1}, [[1, 512]], [-1]):
+        assert_error(client.simulate_post("/v1/embeddings", json={"input": bad}), 400, "input")
+    assert_error(client.simulate_post("/v1/embeddings", json={"input": "x", "dimensions": 32}),
+                 400, "dimensions", "unsupported_parameter")
+    assert_error(client.simulate_post("/v1/embeddings",
+                                      json={"input": "x", "encoding_format": "int8"}),
+                 400, "encoding_format")
+    assert_error(client.simulate_post("/v1/embeddings", json={"input": "x", "model": "ada"}),
+                 404, "model", "model_not_found")
+    assert_error(client.simulate_post("/v1/embeddings",
+                                      json={"input": [[1] * 257]}), 400, "input",
+                 "context_length_exceeded")
+    assert_error(client.simulate_post("/v1/embeddings", json={"input": ["x"] * 2049}), 400,
+                 "input")
+    ok = requests_total(app, "/v1/embeddings", 200)
+    assert client.simulate_post("/v1/embeddings", json={"input": "x"}).status_code == 200
+    assert requests_total(app, "/v1/embeddings", 200) == ok + 1
+
+
 def test_stream_counted_when_it_ends_499_if_cut(app):
     """A stream is counted with its outcome: 200 when read to the end, 499 when the client
     leaves (it was counted 200 as soon as its headers went out)."""
@@ -433,6 +539,8 @@ def test_server_settings_are_checked():
             ServerConfig(**{field: 0}).check()
     with pytest.raises(ReameError):
         ServerConfig(max_connections=0).check()
+    with pytest.raises(ReameError, match="pooling"):
+        ServerConfig.from_env({"REAME_POOLING": "cls"})
     cfg = ServerConfig.from_env({"REAME_HEADER_TIMEOUT": "3", "REAME_BODY_TIMEOUT": "4",
                                  "REAME_SEND_TIMEOUT": "0", "REAME_MAX_CONNECTIONS": "77"})
     assert (cfg.header_timeout, cfg.body_timeout, cfg.send_timeout, cfg.max_connections) == \
@@ -470,10 +578,10 @@ def server(stories_path, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def strict(stories_path, tmp_path_factory):
-    """Short timeouts, a 4 KiB body limit and an API key."""
+    """Short timeouts, a 4 KiB body limit, an API key, mean pooling."""
     s = ReameServer(stories_path, "--max-seqs", "2", "--http-threads", "8", "--ctx-size",
                     LONG_CTX, "--header-timeout", "1", "--body-timeout", "1", "--send-timeout",
-                    "1", "--api-key", "sk-strict", "--cors-origins", ORIGIN,
+                    "1", "--api-key", "sk-strict", "--cors-origins", ORIGIN, "--pooling", "mean",
                     env={"REAME_MAX_BODY_BYTES": "4096"},
                     log_dir=tmp_path_factory.mktemp("strict"))
     yield s
@@ -484,10 +592,14 @@ def connect(server) -> socket.socket:
     return socket.create_connection(("127.0.0.1", server.port), timeout=10)
 
 
+_LEFTOVER: "weakref.WeakKeyDictionary[socket.socket, bytes]" = weakref.WeakKeyDictionary()
+
+
 def read_response(sock: socket.socket, timeout: float = 10):
-    """(status, headers, body) of one response; 1xx responses are returned as they come."""
+    """(status, headers, body) of one response; 1xx responses are returned as they come. Bytes
+    of the next response received with this one are kept for the next call (pipelining)."""
     sock.settimeout(timeout)
-    data = b""
+    data = _LEFTOVER.pop(sock, b"")
     while b"\r\n\r\n" not in data:
         chunk = sock.recv(65536)
         if not chunk:
@@ -500,13 +612,15 @@ def read_response(sock: socket.socket, timeout: float = 10):
     for line in lines[1:]:
         k, _, v = line.partition(":")
         headers[k.strip().lower()] = v.strip()
-    n = int(headers.get("content-length", 0))
+    n = int(headers.get("content-length", 0)) if status >= 200 else 0
     while len(rest) < n:
         chunk = sock.recv(65536)
         if not chunk:
             break
         rest += chunk
-    return status, headers, rest[:n] if status >= 200 else rest
+    if rest[n:]:
+        _LEFTOVER[sock] = rest[n:]
+    return status, headers, rest[:n]
 
 
 def json_error(status, headers, body, want_status, code="__any__"):
@@ -922,6 +1036,23 @@ def test_vllm_metrics_over_http(server):
     assert sample(parsed, "vllm:generation_tokens_total", **lab) >= 16
     assert sample(parsed, "vllm:time_to_first_token_seconds_count", **lab) >= 2
     assert 0 <= sample(parsed, "vllm:kv_cache_usage_perc", **lab) <= 1
+
+
+def test_embeddings_with_the_openai_client(server, strict, stories_model, tok):
+    """The official client (which asks for base64 and decodes it); --pooling mean on the
+    strict server."""
+    import numpy as np
+    texts = ["Once upon a time", "The little dog"]
+    r = server.client().embeddings.create(model=MODEL, input=texts)
+    assert [d.index for d in r.data] == [0, 1] and r.model == MODEL
+    for d, text in zip(r.data, texts):
+        np.testing.assert_allclose(d.embedding, pooled_oracle(stories_model, tok, text,
+                                                              "last")[0], atol=2e-5)
+    assert r.usage.prompt_tokens == sum(len(tok.encode(t, add_special=True)) for t in texts)
+    r = strict.client(api_key="sk-strict").embeddings.create(model=MODEL, input=texts[1],
+                                                             encoding_format="float")
+    np.testing.assert_allclose(r.data[0].embedding,
+                               pooled_oracle(stories_model, tok, texts[1], "mean")[0], atol=2e-5)
 
 
 def test_serve_rejects_a_bad_cors_origin(stories_path):

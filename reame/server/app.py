@@ -15,16 +15,16 @@ import falcon
 
 from .config import ServerConfig
 from .metrics import Metrics
-from .responses import ClosingStream, Job, client_connected
+from .responses import ClosingStream, Job, client_connected, embeddings_result
 from .schemas import (APIError, error_body, parse_chat, parse_completion, parse_detokenize,
-                      parse_json, parse_tokenize)
+                      parse_embeddings, parse_json, parse_tokenize)
 from .service import Loader, ModelService, build_service, model_names
 
 log = logging.getLogger("reame.server")
 
 OPEN_PATHS = {"/health"}
 ENDPOINTS = {"/v1/chat/completions", "/v1/completions", "/v1/models", "/v1/models/{model_id}",
-             "/health", "/metrics", "/tokenize", "/detokenize"}
+             "/health", "/metrics", "/tokenize", "/detokenize", "/v1/embeddings"}
 # headers a browser script may read on a cross-origin answer (besides the CORS-safelisted ones)
 CORS_EXPOSE = ("Retry-After", "WWW-Authenticate")
 
@@ -131,6 +131,27 @@ class Models:
 
     on_head = on_get                    # HEAD wherever GET is served: same status and headers
     on_head_item = on_get_item
+
+
+class Embeddings:
+    """POST /v1/embeddings: each input's final hidden states pooled (mean or last token, per
+    the model's metadata or --pooling) into a unit vector, computed through the scheduler
+    beside the generating requests."""
+
+    def __init__(self, loader: Loader, config: ServerConfig, metrics: Metrics):
+        self.loader, self.config, self.metrics = loader, config, metrics
+
+    def on_post(self, req, resp):
+        body = parse_json(_read_body(req, self.config.max_body_bytes))
+        service = self.loader.get(self.config.retry_after)
+        r = parse_embeddings(body, service.n_vocab, service.n_embd)
+        service.check_model(r.model)
+        prompts = service.embedding_prompts(r.inputs)
+        request = service.submit_embeddings(prompts)
+        t0 = getattr(req.context, "t_arrival", time.monotonic())
+        resp.media = embeddings_result(service, request, len(prompts), prompts,
+                                       r.encoding_format, self.metrics, t0,
+                                       connected=client_connected(req.env))
 
 
 class Tokenize:
@@ -314,6 +335,7 @@ def create_app(engine_or_factory, config: ServerConfig | None = None, *, tokeniz
     app.add_route("/v1/models/{model_id}", models, suffix="item")
     app.add_route("/health", Health(loader))
     app.add_route("/metrics", MetricsResource(metrics))
+    app.add_route("/v1/embeddings", Embeddings(loader, config, metrics))
     tokenize = Tokenize(loader, config)
     app.add_route("/tokenize", tokenize)
     app.add_route("/detokenize", tokenize, suffix="detokenize")

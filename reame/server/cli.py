@@ -13,7 +13,8 @@ def add_serve_command(subparsers) -> None:
     p = subparsers.add_parser(
         "serve", help="serve the OpenAI-compatible HTTP API",
         description="Serve the OpenAI-compatible API (/v1/chat/completions, /v1/completions, "
-                    "/v1/models, /tokenize, /detokenize, /health, /metrics) with gunicorn "
+                    "/v1/models, /v1/embeddings, /tokenize, /detokenize, /health, /metrics) with "
+                    "gunicorn "
                     "threaded workers that read each request whole before a thread takes it. "
                     "Each worker loads its own replica of the model after the fork.",
         epilog="REAME_* environment variables (see docs/deploy.md) fill in the flags not given, "
@@ -59,6 +60,9 @@ def add_serve_command(subparsers) -> None:
     p.add_argument("--send-timeout", type=float, default=None, metavar="SEC",
                    help="seconds a client may read nothing of its answer before it is "
                         "disconnected, 0: never (default: $REAME_SEND_TIMEOUT or 60)")
+    p.add_argument("--pooling", default=None, choices=("mean", "last"),
+                   help="how /v1/embeddings pools the final hidden states (default: "
+                        "$REAME_POOLING, else the GGUF's pooling_type, else last)")
     p.add_argument("--chat-template-file", default=None, help="override the chat template")
     p.add_argument("--alias", default=None, help="another model name clients may use")
     p.add_argument("--log-level", default="info",
@@ -91,7 +95,7 @@ def cmd_serve(args) -> int:
         api_key=args.api_key, chat_template_file=args.chat_template_file,
         model_alias=args.alias, workers=args.workers, cors_origins=args.cors_origins,
         max_connections=args.max_connections, header_timeout=args.header_timeout,
-        body_timeout=args.body_timeout, send_timeout=args.send_timeout)
+        body_timeout=args.body_timeout, send_timeout=args.send_timeout, pooling=args.pooling)
     run(config, host=args.host, port=args.port, workers=args.workers,
         http_threads=args.http_threads, log_level=args.log_level, access_log=args.access_log)
     return 0

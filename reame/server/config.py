@@ -34,6 +34,7 @@ class ServerConfig:
     send_timeout: float = 60.0          # seconds a client may read nothing of its answer (0: none)
     max_connections: int = 1000         # open connections per worker (gunicorn worker_connections)
     cors_origins: str | None = None     # "*" or a comma list of origins allowed by CORS; None: off
+    pooling: str | None = None          # /v1/embeddings: mean | last (None: the model's metadata)
 
     ENV = {  # field -> environment variable
         "model": "REAME_MODEL", "engine": "REAME_ENGINE", "threads": "REAME_THREADS",
@@ -46,6 +47,7 @@ class ServerConfig:
         "metrics_dir": "REAME_METRICS_DIR", "header_timeout": "REAME_HEADER_TIMEOUT",
         "body_timeout": "REAME_BODY_TIMEOUT", "send_timeout": "REAME_SEND_TIMEOUT",
         "max_connections": "REAME_MAX_CONNECTIONS", "cors_origins": "REAME_CORS_ORIGINS",
+        "pooling": "REAME_POOLING",
     }
 
     @classmethod
@@ -94,6 +96,8 @@ class ServerConfig:
             raise ReameError("send_timeout must be >= 0")
         if self.max_connections < 1:
             raise ReameError("max_connections must be >= 1")
+        if self.pooling not in (None, "mean", "last"):
+            raise ReameError("pooling must be mean or last")
         self.cors_allow_origins()
 
     def cors_allow_origins(self):

@@ -340,3 +340,44 @@ class ClosingStream:
             if on_end is not None:
                 on_end(self.job.stream_status)
 
+
+
+# ---- /v1/embeddings ----
+
+def embeddings_result(service, request, inputs: int, prompts: list[list[int]], model_fmt: str,
+                      metrics: Metrics | None, t_arrival: float,
+                      connected: Callable[[], bool] | None = None) -> dict:
+    """Wait for every input's vector and build OpenAI's `list` of `embedding` objects
+    (`encoding_format` "float": arrays of numbers; "base64": little-endian float32 bytes)."""
+    import base64
+    vectors: dict = {}
+    error = None
+    try:
+        for ev in request.events(idle=connected):
+            if ev.error is not None:
+                error = ev.error
+                break
+            if ev.embedding is not None:
+                vectors[ev.index] = ev.embedding
+    finally:
+        request.cancel()                            # no-op when finished
+    n_tokens = sum(len(p) for p in prompts)
+    if metrics is not None:
+        metrics.inc("reame_prompt_tokens_total", n_tokens)
+        metrics.observe("reame_request_duration_seconds", time.monotonic() - t_arrival,
+                        ("/v1/embeddings",))
+    if error is not None:
+        raise error_for(error, service.config.retry_after)
+    if request.cancelled:
+        raise ClientGone()
+    if len(vectors) != inputs:                      # out of time before every vector was done
+        raise error_for(RequestTimeout("the request timed out during prompt processing"),
+                        service.config.retry_after)
+    data = []
+    for i in range(inputs):
+        v = vectors[i]
+        emb = (base64.b64encode(v.astype("<f4").tobytes()).decode() if model_fmt == "base64"
+               else v.astype(float).tolist())
+        data.append({"object": "embedding", "index": i, "embedding": emb})
+    return {"object": "list", "data": data, "model": service.id,
+            "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens}}

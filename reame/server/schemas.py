@@ -425,3 +425,55 @@ def parse_detokenize(body: dict, n_vocab: int) -> tuple[str | None, list[int]]:
     if not all(0 <= t < n_vocab for t in ids):
         raise invalid("tokens", f"Token ids in 'tokens' must be in 0..{n_vocab - 1}.")
     return model, ids
+
+
+# ---- /v1/embeddings ----
+
+MAX_EMBEDDING_INPUTS = 2048        # OpenAI's limit per request
+
+
+@dataclass
+class EmbeddingRequest:
+    model: str | None
+    inputs: list                    # str or list[int] per input
+    encoding_format: str = "float"  # "float" | "base64" (little-endian float32, as OpenAI's)
+
+
+def parse_embeddings(body: dict, n_vocab: int, n_embd: int) -> EmbeddingRequest:
+    """OpenAI's embeddings request: `input` a string, an array of strings, an array of token
+    ids or an array of arrays of token ids; `encoding_format` float or base64; `dimensions`
+    only the model's own size (no truncation: GGUF does not say a model was trained for it)."""
+    model = _string(body, "model")
+    x = body.get("input")
+    if x is None:
+        raise invalid("input", "Missing required parameter: 'input'.",
+                      "missing_required_parameter")
+    if isinstance(x, str):
+        inputs = [x]
+    elif isinstance(x, list) and x and all(isinstance(i, str) for i in x):
+        inputs = list(x)
+    elif isinstance(x, list) and x and all(isinstance(i, int) and not isinstance(i, bool)
+                                           for i in x):
+        inputs = [list(x)]
+    elif isinstance(x, list) and x and all(
+            isinstance(i, list) and i and all(isinstance(t, int) and not isinstance(t, bool)
+                                              for t in i) for i in x):
+        inputs = [list(i) for i in x]
+    else:
+        raise invalid("input", "'input' must be a non-empty string, an array of strings, an "
+                      "array of token ids or an array of arrays of token ids.")
+    for i, v in enumerate(inputs):
+        if isinstance(v, str) and not v:
+            raise invalid("input", f"input[{i}] is empty.")
+        if isinstance(v, list) and not all(0 <= t < n_vocab for t in v):
+            raise invalid("input", f"Token ids in 'input' must be in 0..{n_vocab - 1}.")
+    if len(inputs) > MAX_EMBEDDING_INPUTS:
+        raise invalid("input", f"at most {MAX_EMBEDDING_INPUTS} inputs per request.")
+    fmt = _string(body, "encoding_format", "float")
+    if fmt not in ("float", "base64"):
+        raise invalid("encoding_format", "'encoding_format' must be 'float' or 'base64'.")
+    dims = _integer(body, "dimensions", None)
+    if dims is not None and dims != n_embd:
+        raise invalid("dimensions", f"This model's embeddings have {n_embd} dimensions; "
+                      "other sizes are not supported.", "unsupported_parameter")
+    return EmbeddingRequest(model=model, inputs=inputs, encoding_format=fmt)

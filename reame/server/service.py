@@ -74,6 +74,8 @@ class ModelService:
         self.n_vocab = tokenizer.n_vocab
         self.scheduler = Scheduler(engine, queue_size=config.queue_size,
                                    salt=model_identity(engine))
+        self.n_embd = getattr(getattr(engine, "config", None), "n_embd", 0)
+        self.pooling, self.pooling_error = embedding_pooling(engine, config)
 
     def start(self) -> "ModelService":
         self.scheduler.start()
@@ -160,9 +162,38 @@ class ModelService:
 
     def submit(self, req: GenerationRequest, prompts: list[list[int]]):
         gens = self.generations(req, prompts)
+        return self._submit(lambda timeout: self.scheduler.submit(prompts, gens, timeout=timeout))
+
+    # ---- embeddings ----
+
+    def embedding_prompts(self, inputs: list) -> list[list[int]]:
+        """Token ids of each input (text with BOS/EOS as the GGUF asks, special tokens not
+        parsed); each must fit the context whole."""
+        if self.pooling is None:
+            raise APIError(400, f"This model cannot give embeddings: {self.pooling_error}",
+                           "invalid_request_error", None, "unsupported_model")
+        out = []
+        for i, x in enumerate(inputs):
+            ids = self.tok.encode(x, add_special=True, parse_special=False) \
+                if isinstance(x, str) else list(x)
+            if not ids:
+                raise invalid("input", f"input[{i}] encodes to no tokens.")
+            if len(ids) > self.n_ctx:
+                raise invalid("input", f"This model's maximum context length is {self.n_ctx} "
+                              f"tokens. However, input[{i}] has {len(ids)} tokens.",
+                              "context_length_exceeded")
+            out.append(ids)
+        return out
+
+    def submit_embeddings(self, prompts: list[list[int]]):
+        return self._submit(lambda timeout: self.scheduler.submit_embeddings(
+            prompts, self.pooling, timeout=timeout), "input")
+
+    def _submit(self, fn, value_param: str = "n"):
+        """Submit to the scheduler; its refusals as HTTP errors."""
         timeout = self.config.request_timeout or None
         try:
-            return self.scheduler.submit(prompts, gens, timeout=timeout)
+            return fn(timeout)
         except QueueFull:
             raise APIError(429, "The server is at capacity: too many requests are waiting. "
                            "Retry shortly.", "rate_limit_error", None, "queue_full",
@@ -171,7 +202,27 @@ class ModelService:
             raise APIError(503, f"The server cannot generate: {e}.", "server_error", None,
                            "shutting_down", {"Retry-After": str(self.config.retry_after)}) from None
         except ValueError as e:
-            raise invalid("n", str(e)) from None
+            raise invalid(value_param, str(e)) from None
+
+
+POOLING_TYPES = {1: "mean", 2: "cls", 3: "last", 4: "rank"}   # GGUF {arch}.pooling_type
+
+
+def embedding_pooling(engine, config: ServerConfig) -> tuple[str | None, str | None]:
+    """How /v1/embeddings pools the final hidden states: --pooling, else the GGUF's
+    `{arch}.pooling_type` (mean or last), else the last token (what decoder-only embedding
+    models use). (None, why) when the model asks for a pooling Reame does not do."""
+    if not callable(getattr(engine, "final_hidden", None)):
+        return None, "the engine does not give its final hidden states"
+    if config.pooling:
+        return config.pooling, None
+    metadata = getattr(getattr(engine, "model", None), "metadata", None) or {}
+    arch = getattr(getattr(engine, "config", None), "arch", None)
+    kind = POOLING_TYPES.get(metadata.get(f"{arch}.pooling_type"), "last")
+    if kind in ("mean", "last"):
+        return kind, None
+    return None, (f"its GGUF asks for {kind} pooling (only mean and last are done; "
+                  "--pooling chooses one)")
 
 
 def build_service(engine, config: ServerConfig, tokenizer=None, chat_template=None) -> ModelService:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import progress
 from ..batch import Batch
 from ..codegen import panel_layout, q8a, q8k, registry
 from ..codegen.isa import detect
@@ -74,7 +75,12 @@ class JITEngine:
         self.kernels: dict = {}
         self.panel_weights: dict[str, np.ndarray] = {}   # repacked copies, by tensor name
         self._alloc()
-        self.programs: dict[int, StepProgram] = {b: self._build(b) for b in self.buckets}
+        self.programs: dict[int, StepProgram] = {}
+        with progress.task("compiling kernels and repacking weights", total=len(self.buckets),
+                           unit="step programs") as task:
+            for b in self.buckets:
+                self.programs[b] = self._build(b)
+                task.update()
         self._bucket_of = [0] + [next(b for b in self.buckets if b >= k)
                                  for k in range(1, self.max_tokens + 1)]
         self.steps = 0
@@ -302,6 +308,7 @@ class JITEngine:
         pages of t are then dropped from this process, which reads only the copy."""
         w = self.panel_weights.get(t.name)
         if w is None:
+            progress.note(f"repacking {t.name}")
             w = self.panel_weights[t.name] = panel_layout.repack(t.rows(), t.type.name)
             self.model.file.release(t)
         return w

@@ -13,6 +13,7 @@ from collections import defaultdict
 
 import numpy as np
 
+from .. import progress
 from ..codegen import registry
 from ..codegen.kernels import Kernel, build
 from ..codegen.runtime import Program, aligned_zeros
@@ -49,6 +50,7 @@ class ProgramBuilder:
 
     def kernel(self, spec: KernelSpec) -> Kernel:
         if spec not in self.kernels:
+            progress.note(f"compiling {spec.label()}")
             self.kernels[spec] = build(spec, self.isa)
         return self.kernels[spec]
 

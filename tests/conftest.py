@@ -7,12 +7,18 @@ can never pass by skipping.
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
+
+# the adaptive runtime in tests (and in the `reame serve` they start): no start-up benchmark
+# unless a test asks for one, learned strategies in a temporary directory, never in ~/.cache
+os.environ.setdefault("REAME_ADAPTIVE_BOOT", "0")
+os.environ.setdefault("REAME_ADAPTIVE_DIR", tempfile.mkdtemp(prefix="reame-adaptive-"))
 
 
 def shared_dir() -> Path:

@@ -536,7 +536,19 @@ def test_chat_template_kwargs_and_empty_tools(client):
     chat(client, messages=[{"role": "user", "content": "Hi"}], max_tokens=1,
          chat_template_kwargs={"enable_thinking": False}, tools=[], response_format={"type": "text"},
          user="u-1", metadata={"a": "b"}, store=False, parallel_tool_calls=False,
-         unknown_future_field=123)
+         cache_prompt=True)
+
+
+@pytest.mark.parametrize("path,field", [
+    ("/v1/chat/completions", "unknown_future_field"), ("/v1/chat/completions", "reasoning_effort"),
+    ("/v1/completions", "n_predict"), ("/v1/completions", "mirostat"),
+    ("/v1/chat/completions", "cache_prompt")])
+def test_unsupported_fields_are_refused_not_ignored(client, path, field):
+    chat = path.endswith("chat/completions")
+    body = {"messages": [{"role": "user", "content": "Hi"}]} if chat else {"prompt": "Hi"}
+    body[field] = False if field == "cache_prompt" else 1
+    err = assert_error(post(client, path, body), 400, field)
+    assert err["code"] == "unsupported_parameter" and field in err["message"]
 
 
 # ---- streaming ----
@@ -642,8 +654,13 @@ INVALID = [
     (M, {"messages": [{"role": "user", "content": [{"type": "text"}]}]},
      "messages[0].content[0].text"),
     (M, {"messages": [{"role": "user", "content": ["raw"]}]}, "messages[0].content[0]"),
-    (M, {"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
-    (M, {"response_format": {"type": "json_object"}}, "response_format"),
+    (M, {"tools": [{"type": "function"}]}, "tools[0].function.name"),
+    (M, {"tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": "any"},
+     "tool_choice"),
+    (M, {"response_format": {"type": "json_schema"}}, "response_format.json_schema"),
+    (M, {"response_format": {"type": "json_object"}, "guided_regex": "a"}, "guided_regex"),
+    (C, {"grammar": "root ::= ("}, "grammar"), (C, {"guided_choice": []}, "guided_choice"),
+    (C, {"guided_json": {"type": "nope"}}, "guided_json"),
     (M, {"response_format": "json"}, "response_format"),
     (M, {"logprobs": 1}, "logprobs"), (M, {"top_logprobs": 3}, "top_logprobs"),
     (M, {"logprobs": True, "top_logprobs": 21}, "top_logprobs"),

@@ -162,7 +162,8 @@ def test_stress_200_requests_and_100_disconnects(stories_model, tok, stories_exp
            for k, b in uniq.items()}
     eng = create_engine(stories_model, "jit", n_ctx=112, max_seqs=6, block_size=BS,
                         kv_blocks=12)
-    app = create_app(eng, ServerConfig(model=stories_model.path, max_seqs=6, queue_size=400))
+    app = create_app(eng, ServerConfig(model=stories_model.path, max_seqs=6, queue_size=400,
+                                           adaptive_boot=0))
     sched = app.reame.service.scheduler
     c = testing.TestClient(app)
     results = [None] * len(bodies)
@@ -207,7 +208,7 @@ def test_stress_200_requests_and_100_disconnects(stories_model, tok, stories_exp
 def test_metrics_report_the_prefix_cache_and_kv_pool(stories_model, tok, stories_expected):
     eng = create_engine(stories_model, "jit", n_ctx=N_CTX, max_seqs=4, block_size=BS,
                         kv_blocks=64)
-    app = create_app(eng, ServerConfig(model=stories_model.path, max_seqs=4))
+    app = create_app(eng, ServerConfig(model=stories_model.path, max_seqs=4, adaptive_boot=0))
     c = testing.TestClient(app)
     ids = shared_prefix_prompts(tok, stories_expected)[0]
     for _ in range(2):

@@ -24,7 +24,8 @@ log = logging.getLogger("reame.server")
 
 OPEN_PATHS = {"/health"}
 ENDPOINTS = {"/v1/chat/completions", "/v1/completions", "/v1/models", "/v1/models/{model_id}",
-             "/health", "/metrics", "/tokenize", "/detokenize", "/v1/embeddings"}
+             "/health", "/metrics", "/tokenize", "/detokenize", "/v1/embeddings",
+             "/v1/adaptive", "/v1/adaptive/freeze", "/v1/adaptive/unfreeze"}
 # headers a browser script may read on a cross-origin answer (besides the CORS-safelisted ones)
 CORS_EXPOSE = ("Retry-After", "WWW-Authenticate")
 
@@ -211,6 +212,44 @@ class Health:
     on_head = on_get
 
 
+class Adaptive:
+    """GET /v1/adaptive: the adaptive runtime's report. POST /v1/adaptive/freeze and /unfreeze:
+    stop or resume exploring (what was learned stays live); they change how the server runs,
+    so they need --api-key to be set (and the key, checked by the Auth middleware)."""
+
+    def __init__(self, loader: Loader, config: ServerConfig):
+        self.loader, self.config = loader, config
+
+    def _runtime(self):
+        service = self.loader.get(self.config.retry_after)
+        if service.adaptive is None:
+            raise APIError(404, "This engine has no adaptive runtime (the reference engine).",
+                           "invalid_request_error", None, "not_adaptive")
+        return service.adaptive
+
+    def on_get(self, req, resp):
+        resp.media = self._runtime().report()
+
+    on_head = on_get
+
+    def _control(self, resp, freeze: bool):
+        if not self.config.api_key:
+            raise APIError(403, "Freezing and unfreezing the adaptive runtime needs the server "
+                           "to run with --api-key.", "permission_error", None, "api_key_required")
+        rt = self._runtime()
+        if freeze:
+            rt.freeze()
+        else:
+            rt.unfreeze()
+        resp.media = {"frozen": rt.frozen, "enabled": rt.enabled}
+
+    def on_post_freeze(self, req, resp):
+        self._control(resp, True)
+
+    def on_post_unfreeze(self, req, resp):
+        self._control(resp, False)
+
+
 class MetricsResource:
     def __init__(self, metrics: Metrics):
         self.metrics = metrics
@@ -316,6 +355,33 @@ def create_app(engine_or_factory, config: ServerConfig | None = None, *, tokeniz
         "reame_preemptions_total": gauge(lambda s: s.scheduler.planner.preemptions),
     })
 
+    def adapt(key, read=None):
+        def fn(s):
+            if s.adaptive is None:
+                return 0
+            if read is not None:
+                return read(s.adaptive)
+            return (s.adaptive.report().get("kernels") or {}).get(key) or 0
+        return gauge(fn)
+    metrics.gauges.update({
+        "reame_adaptive_frozen": adapt(None, lambda a: 1 if a.frozen else 0),
+        "reame_adaptive_exploration_ratio": adapt("exploration_share"),
+        "reame_adaptive_tokens_per_second": adapt(None, lambda a: a.report()["tok_s_last_minute"]),
+        "reame_adaptive_throughput_change_ratio": adapt(
+            None, lambda a: a.report()["tok_s_change"] or 0),
+        "reame_adaptive_tpot_p95_seconds": adapt(None, lambda a: a.report()["tpot_p95_s"]),
+        "reame_adaptive_tpot_p95_change_ratio": adapt(
+            None, lambda a: a.report()["tpot_p95_change"] or 0),
+        "reame_adaptive_prefix_hit_ratio": gauge(
+            lambda s: pool(s).hits / pool(s).queries if pool(s).queries else 0),
+    })
+    metrics.counters.update({
+        "reame_adaptive_candidates_tried_total": adapt("candidates_tried"),
+        "reame_adaptive_promoted_total": adapt("promoted"),
+        "reame_adaptive_rolled_back_total": adapt("rolled_back"),
+        "reame_adaptive_refused_total": adapt("refused"),
+    })
+
     metrics.model_name = lambda: (loader.service.id if loader.service is not None
                                   else model_names(None, config)[0])
 
@@ -339,6 +405,10 @@ def create_app(engine_or_factory, config: ServerConfig | None = None, *, tokeniz
     tokenize = Tokenize(loader, config)
     app.add_route("/tokenize", tokenize)
     app.add_route("/detokenize", tokenize, suffix="detokenize")
+    adaptive = Adaptive(loader, config)
+    app.add_route("/v1/adaptive", adaptive)
+    app.add_route("/v1/adaptive/freeze", adaptive, suffix="freeze")
+    app.add_route("/v1/adaptive/unfreeze", adaptive, suffix="unfreeze")
     app.add_error_handler(Exception, handle_unexpected)
     app.add_error_handler(falcon.HTTPError, handle_http_error)
     app.add_error_handler(APIError, handle_api_error)

@@ -19,7 +19,8 @@ def add_serve_command(subparsers) -> None:
                     "Each worker loads its own replica of the model after the fork.",
         epilog="REAME_* environment variables (see docs/deploy.md) fill in the flags not given, "
                "except --engine and --kv-type.")
-    p.add_argument("model", help="path to a .gguf file")
+    p.add_argument("model", help="a .gguf file, or a model name: org/repo[:QUANT] or "
+                   "hf://org/repo/FILE.gguf (downloaded with the 'hub' extra)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
     p.add_argument("--port", type=int, default=8000, help="port to listen on (default: %(default)s)")
     p.add_argument("--workers", type=int, default=1,
@@ -63,6 +64,23 @@ def add_serve_command(subparsers) -> None:
     p.add_argument("--pooling", default=None, choices=("mean", "last"),
                    help="how /v1/embeddings pools the final hidden states (default: "
                         "$REAME_POOLING, else the GGUF's pooling_type, else last)")
+    p.add_argument("--reasoning-format", default=None, choices=("auto", "none"),
+                   help="auto: the <think> block of reasoning models goes to "
+                        "'reasoning_content'; none: it stays in 'content' "
+                        "(default: $REAME_REASONING_FORMAT or auto)")
+    p.add_argument("--adaptive", default=None, choices=("on", "off"),
+                   help="on: tune kernel variants on live traffic and keep what wins; off: run "
+                        "the start-up benchmark's (or a saved strategy's) choices unchanged "
+                        "(default: $REAME_ADAPTIVE or on)")
+    p.add_argument("--adaptive-dir", default=None, metavar="DIR",
+                   help="where learned strategies are saved, per CPU, model and version "
+                        "(default: $REAME_ADAPTIVE_DIR or ~/.cache/reame/adaptive)")
+    p.add_argument("--adaptive-boot", type=float, default=None, metavar="SEC",
+                   help="seconds of start-up micro-benchmark before serving, 0: none "
+                        "(default: $REAME_ADAPTIVE_BOOT or 10)")
+    p.add_argument("--adaptive-report", type=float, default=None, metavar="SEC",
+                   help="seconds between the adaptive runtime's report lines, 0: none "
+                        "(default: $REAME_ADAPTIVE_REPORT or 300)")
     p.add_argument("--chat-template-file", default=None, help="override the chat template")
     p.add_argument("--alias", default=None, help="another model name clients may use")
     p.add_argument("--log-level", default="info",
@@ -81,6 +99,8 @@ def cmd_serve(args) -> int:
         raise ReameError("--workers must be >= 1")
     if not 0 < args.port < 65536:
         raise ReameError("--port must be in 1..65535")
+    from ..hub import resolve_model
+    args.model = resolve_model(args.model)             # a name: downloaded into the hub cache
     _check_model(args.model)
     if args.chat_template_file and not os.path.isfile(args.chat_template_file):
         raise ReameError(f"{args.chat_template_file}: no such chat template file")
@@ -95,7 +115,10 @@ def cmd_serve(args) -> int:
         api_key=args.api_key, chat_template_file=args.chat_template_file,
         model_alias=args.alias, workers=args.workers, cors_origins=args.cors_origins,
         max_connections=args.max_connections, header_timeout=args.header_timeout,
-        body_timeout=args.body_timeout, send_timeout=args.send_timeout, pooling=args.pooling)
+        body_timeout=args.body_timeout, send_timeout=args.send_timeout, pooling=args.pooling,
+        reasoning_format=args.reasoning_format, adaptive=args.adaptive,
+        adaptive_dir=args.adaptive_dir, adaptive_boot=args.adaptive_boot,
+        adaptive_report=args.adaptive_report)
     run(config, host=args.host, port=args.port, workers=args.workers,
         http_threads=args.http_threads, log_level=args.log_level, access_log=args.access_log)
     return 0

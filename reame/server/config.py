@@ -35,6 +35,11 @@ class ServerConfig:
     max_connections: int = 1000         # open connections per worker (gunicorn worker_connections)
     cors_origins: str | None = None     # "*" or a comma list of origins allowed by CORS; None: off
     pooling: str | None = None          # /v1/embeddings: mean | last (None: the model's metadata)
+    reasoning_format: str = "auto"      # auto: <think> blocks -> reasoning_content; none: kept
+    adaptive: str = "on"                # on: tune kernels on live traffic; off: start-up choice
+    adaptive_dir: str | None = None     # where learned strategies are kept (None: ~/.cache/...)
+    adaptive_boot: float = 10.0         # seconds of start-up micro-benchmark (0: none)
+    adaptive_report: float = 300.0      # seconds between adaptive report log lines (0: none)
 
     ENV = {  # field -> environment variable
         "model": "REAME_MODEL", "engine": "REAME_ENGINE", "threads": "REAME_THREADS",
@@ -47,7 +52,9 @@ class ServerConfig:
         "metrics_dir": "REAME_METRICS_DIR", "header_timeout": "REAME_HEADER_TIMEOUT",
         "body_timeout": "REAME_BODY_TIMEOUT", "send_timeout": "REAME_SEND_TIMEOUT",
         "max_connections": "REAME_MAX_CONNECTIONS", "cors_origins": "REAME_CORS_ORIGINS",
-        "pooling": "REAME_POOLING",
+        "pooling": "REAME_POOLING", "reasoning_format": "REAME_REASONING_FORMAT",
+        "adaptive": "REAME_ADAPTIVE", "adaptive_dir": "REAME_ADAPTIVE_DIR",
+        "adaptive_boot": "REAME_ADAPTIVE_BOOT", "adaptive_report": "REAME_ADAPTIVE_REPORT",
     }
 
     @classmethod
@@ -98,6 +105,12 @@ class ServerConfig:
             raise ReameError("max_connections must be >= 1")
         if self.pooling not in (None, "mean", "last"):
             raise ReameError("pooling must be mean or last")
+        if self.reasoning_format not in ("auto", "none"):
+            raise ReameError("reasoning_format must be auto or none")
+        if self.adaptive not in ("on", "off"):
+            raise ReameError("adaptive must be on or off")
+        if self.adaptive_boot < 0 or self.adaptive_report < 0:
+            raise ReameError("adaptive_boot and adaptive_report must be >= 0")
         self.cors_allow_origins()
 
     def cors_allow_origins(self):

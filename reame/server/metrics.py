@@ -55,6 +55,28 @@ SERIES = {
     "reame_kv_evictions_total": ("counter", "Cached KV blocks evicted to make room.", (), None),
     "reame_preemptions_total": ("counter", "Running sequences preempted (blocks freed, "
                                 "recomputed later) because the KV cache was full.", (), None),
+    "reame_adaptive_frozen": ("gauge", "1 when the adaptive runtime does not explore (frozen, "
+                              "or --adaptive off).", (), None),
+    "reame_adaptive_exploration_ratio": ("gauge", "Share of steps that ran an A/B trial of a "
+                                         "kernel variant.", (), None),
+    "reame_adaptive_candidates_tried_total": ("counter", "Kernel variants compared on live "
+                                              "traffic.", (), None),
+    "reame_adaptive_promoted_total": ("counter", "Kernel variants made live because they "
+                                      "measured faster.", (), None),
+    "reame_adaptive_rolled_back_total": ("counter", "Promoted variants rolled back when the "
+                                         "previous one measured faster again.", (), None),
+    "reame_adaptive_refused_total": ("counter", "Candidate variants refused by the numeric "
+                                     "check.", (), None),
+    "reame_adaptive_tokens_per_second": ("gauge", "Tokens generated per second over the last "
+                                         "minute.", (), None),
+    "reame_adaptive_throughput_change_ratio": ("gauge", "Tokens per second over the last minute "
+                                               "relative to the first minute, minus 1.", (), None),
+    "reame_adaptive_tpot_p95_seconds": ("gauge", "95th percentile of recent decode step times.",
+                                        (), None),
+    "reame_adaptive_tpot_p95_change_ratio": ("gauge", "p95 decode step time relative to the "
+                                             "first minute, minus 1.", (), None),
+    "reame_adaptive_prefix_hit_ratio": ("gauge", "Prompt tokens found in the prefix cache over "
+                                        "prompt tokens looked up, since start.", (), None),
 }
 
 

@@ -73,9 +73,11 @@ def client_connected(environ) -> Callable[[], bool] | None:
 
 
 class _Choice:
-    __slots__ = ("index", "parts", "n_tokens", "logprobs", "finish_reason", "t_last", "offset")
+    __slots__ = ("index", "parts", "n_tokens", "logprobs", "finish_reason", "t_last", "offset",
+                 "out")
 
     def __init__(self, index: int, prefix: str = ""):
+        self.out = None                          # chat_output.ChatOutput: splits the text
         self.index = index
         self.parts: list[str] = [prefix] if prefix else []
         self.n_tokens = 0
@@ -110,7 +112,14 @@ class Job:
         self.first_token_seen = False
         self.recorded = False
         self.stream_status = 499        # a stream's outcome: 499 until its last byte is taken
-        self.request = service.submit(req, prompts)      # may raise APIError (429, 503)
+        # grammar, kept markers, reasoning and tool-call splitting (400 for a bad grammar)
+        plan = service.output_plan(req, prompts) if hasattr(service, "output_plan") else None
+        if self.chat and plan is not None and (plan.think or plan.tool_format is not None):
+            from .chat_output import ChatOutput
+            for ch in self.choices:
+                ch.out = ChatOutput(plan.think, plan.started_in_think, plan.tool_format)
+        self.request = (service.submit(req, prompts, plan) if plan is not None
+                        else service.submit(req, prompts))      # may raise APIError (429, 503)
         self._events = self.request.events(idle=connected)
         self._first: Event | None = None
 
@@ -240,8 +249,14 @@ class Job:
         for ch in self.choices:
             reason = ch.finish_reason or "length"
             if self.chat:
-                c = {"index": ch.index,
-                     "message": {"role": "assistant", "content": ch.text, "refusal": None},
+                message = {"role": "assistant", "content": ch.text, "refusal": None}
+                if ch.out is not None:
+                    ch.out.feed(ch.text)
+                    ch.out.finish()
+                    message = ch.out.message()
+                    if ch.out.calls and reason == "stop":
+                        reason = "tool_calls"
+                c = {"index": ch.index, "message": message,
                      "logprobs": self._chat_logprobs(ch.logprobs) if self.req.logprobs else None,
                      "finish_reason": reason}
             else:
@@ -278,6 +293,10 @@ class Job:
                 "logprobs": self._completion_logprobs(lp, ch) if lp else None,
                 "finish_reason": finish}
 
+    def _delta_chunk(self, ch: _Choice, delta: dict, lp: list, finish: str | None = None) -> dict:
+        return {"index": ch.index, "delta": delta,
+                "logprobs": self._chat_logprobs(lp) if lp else None, "finish_reason": finish}
+
     def sse(self) -> Iterator[bytes]:
         """The SSE body. The caller must close() it: closing early cancels the generation."""
         try:
@@ -295,6 +314,20 @@ class Job:
                     yield b"data: " + json.dumps(err.body()).encode() + b"\n\n"
                     break
                 ch, text, lp = self._apply(ev)
+                if ch.out is not None:                # reasoning / tool calls split apart
+                    deltas = ch.out.feed(text)
+                    if ev.finish_reason:
+                        deltas += ch.out.finish()
+                    for i, d in enumerate(deltas):
+                        yield self._chunk([self._delta_chunk(ch, d, lp if i == 0 else [])])
+                    if lp and not deltas:
+                        yield self._chunk([self._delta_chunk(ch, {}, lp)])
+                    if ev.finish_reason:
+                        reason = ev.finish_reason
+                        if ch.out.calls and reason == "stop":
+                            reason = "tool_calls"
+                        yield self._chunk([self._delta_chunk(ch, {}, [], reason)])
+                    continue
                 if text or lp:
                     yield self._chunk([self._choice_chunk(ch, text, lp, None)])
                 if ev.finish_reason:

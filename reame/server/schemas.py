@@ -63,6 +63,8 @@ class GenerationRequest:
     echo: bool = False                          # completion: prepend the prompt to the text
     ignore_eos: bool = False                    # extension: generate past end-of-generation
     chat_template_kwargs: dict = field(default_factory=dict)
+    guided: object = None                       # guided.GuidedSpec: an output constraint
+    tools: object = None                        # guided.ToolSpec (chat)
 
 
 # ---- JSON body ----
@@ -236,19 +238,40 @@ def _common(body: dict, kind: str, n_vocab: int, max_n: int, *, logprobs: bool,
         if not isinstance(opts, dict):
             raise invalid("stream_options", "'stream_options' must be an object.")
         include_usage = _boolean(opts, "include_usage", False)
-    rf = body.get("response_format")
-    if rf is not None:
-        if not isinstance(rf, dict) or rf.get("type") not in ("text", "json_object", "json_schema"):
-            raise invalid("response_format", "'response_format' must be an object with a 'type'.")
-        if rf["type"] != "text":
-            raise invalid("response_format", f"response_format {rf['type']!r} is not supported "
-                          "by this server; only 'text' is.", "unsupported_parameter")
+    from .guided import parse_guided
+    _refuse_unknown(body, kind)
+    guided = parse_guided(body)
     return GenerationRequest(
         kind=kind, model=model, n=n, max_tokens=max_tokens, stop=_stop(body), stream=stream,
         include_usage=include_usage,
         params=_sampling(body, n_vocab, logprobs=logprobs, top_logprobs=top_logprobs),
         logprobs=logprobs, top_logprobs=top_logprobs,
-        ignore_eos=_boolean(body, "ignore_eos", False))
+        ignore_eos=_boolean(body, "ignore_eos", False), guided=guided)
+
+
+# Every field a generation request may carry; anything else is refused with a 400 naming it,
+# never silently ignored. Accepted without effect: `user`, `metadata`, `store`, `service_tier`
+# (OpenAI bookkeeping), `cache_prompt` (llama-server: the prefix cache is always on).
+_BOTH = {"model", "max_tokens", "temperature", "top_p", "n", "stream", "stream_options", "stop",
+         "presence_penalty", "frequency_penalty", "logit_bias", "seed", "user", "top_k",
+         "min_p", "repetition_penalty", "ignore_eos", "metadata", "store", "service_tier",
+         "cache_prompt", "response_format", "json_schema", "grammar", "guided_json",
+         "guided_regex", "guided_choice", "guided_grammar", "structured_outputs"}
+KNOWN_FIELDS = {
+    "chat": _BOTH | {"messages", "max_completion_tokens", "logprobs", "top_logprobs", "tools",
+                     "tool_choice", "parallel_tool_calls", "chat_template_kwargs", "functions"},
+    "completion": _BOTH | {"prompt", "logprobs", "echo", "best_of", "suffix"},
+}
+
+
+def _refuse_unknown(body: dict, kind: str) -> None:
+    unknown = sorted(k for k in body if k not in KNOWN_FIELDS[kind])
+    if unknown:
+        raise invalid(unknown[0], f"'{unknown[0]}' is not supported by this server.",
+                      "unsupported_parameter")
+    if body.get("cache_prompt") is False:
+        raise invalid("cache_prompt", "'cache_prompt': false is not supported: the prefix "
+                      "cache is always on.", "unsupported_parameter")
 
 
 # ---- /v1/chat/completions ----
@@ -315,17 +338,19 @@ def parse_chat(body: dict, n_vocab: int, max_n: int) -> GenerationRequest:
     if top and not logprobs:
         raise invalid("top_logprobs", "'top_logprobs' requires 'logprobs' to be true.")
     messages = _messages(body)
-    tools = body.get("tools")
-    if tools not in (None, []) or body.get("functions") not in (None, []):
-        if body.get("tool_choice") != "none":
-            raise invalid("tools", "Tool calling is not supported by this server.",
-                          "unsupported_parameter")
+    from .guided import parse_tools
+    tools = parse_tools(body)
     kwargs = body.get("chat_template_kwargs")
     if kwargs is not None and not isinstance(kwargs, dict):
         raise invalid("chat_template_kwargs", "'chat_template_kwargs' must be an object.")
     req = _common(body, "chat", n_vocab, max_n, logprobs=logprobs, top_logprobs=top)
+    if tools is not None and tools.choice != "none" and req.guided is not None:
+        raise invalid(req.guided.param, f"'{req.guided.param}' together with tools is not "
+                      "supported: use tool_choice 'none', or no tools.",
+                      "unsupported_parameter")
     req.messages = messages
     req.chat_template_kwargs = kwargs or {}
+    req.tools = tools
     return req
 
 

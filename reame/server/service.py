@@ -11,6 +11,7 @@ import logging
 import os
 import threading
 import time
+from dataclasses import dataclass, field
 from typing import Callable
 
 from ..errors import ReameError, TemplateError
@@ -57,6 +58,15 @@ def model_identity(engine) -> bytes:
     return hashlib.sha256(ident.encode()).digest()
 
 
+@dataclass
+class OutputPlan:
+    grammar: object = None               # reame.structured.Grammar
+    keep: set = field(default_factory=set)   # control token ids kept in the text
+    think: bool = False                  # split reasoning_content
+    started_in_think: bool = False
+    tool_format: object = None           # reame.toolcalls.ToolFormat: parse tool calls
+
+
 class ModelService:
     def __init__(self, engine, tokenizer, config: ServerConfig, chat_template=None,
                  template_error: str | None = None):
@@ -72,14 +82,36 @@ class ModelService:
             self.created = int(time.time())
         self.n_ctx = engine.n_ctx
         self.n_vocab = tokenizer.n_vocab
-        self.scheduler = Scheduler(engine, queue_size=config.queue_size,
-                                   salt=model_identity(engine))
+        from ..scheduler import default_params
+        params = default_params(engine, max_waiting=config.queue_size)
+        self.adaptive = None
+        if hasattr(engine, "table"):                # the JIT engine: kernels can be tuned
+            from ..adaptive import AdaptiveRuntime
+            self.adaptive = AdaptiveRuntime(engine, params, enabled=config.adaptive == "on",
+                                            state_dir=config.adaptive_dir,
+                                            report_every=config.adaptive_report)
+        self.scheduler = Scheduler(engine, params, salt=model_identity(engine),
+                                   adaptive=self.adaptive)
         self.n_embd = getattr(getattr(engine, "config", None), "n_embd", 0)
         self.pooling, self.pooling_error = embedding_pooling(engine, config)
 
     def start(self) -> "ModelService":
+        """Before serving: the saved strategy for this CPU, model and version if there is one,
+        else the start-up micro-benchmark (time-boxed; its choices are what --adaptive off
+        keeps); then the engine thread."""
+        a = self.adaptive
+        if a is not None and not a.load() and self.config.adaptive_boot > 0:
+            from .. import progress
+            with progress.task("start-up kernel benchmark", total=100, unit="%") as t:
+                a.boot(self.config.adaptive_boot,
+                       progress=lambda f: t.update(int(f * 100) - t.done))
         self.scheduler.start()
         return self
+
+    def stop(self) -> None:
+        self.scheduler.stop()
+        if self.adaptive is not None:
+            self.adaptive.save()
 
     @property
     def max_n(self) -> int:
@@ -100,6 +132,9 @@ class ModelService:
                           "chat_template_missing")
         kwargs = {k: v for k, v in req.chat_template_kwargs.items()
                   if k not in ("messages", "add_generation_prompt", "tools")}
+        tools = req.tools.tools if req.tools is not None and req.tools.choice != "none" else None
+        if tools is not None:
+            kwargs["tools"] = tools
         try:
             if hasattr(self.template, "encode"):    # special tokens parsed in template text only
                 ids = self.template.encode(self.tok, req.messages, add_generation_prompt=True,
@@ -139,11 +174,58 @@ class ModelService:
                           f"prompt, {req.max_tokens} for the completion). Please reduce the "
                           "prompt or the completion length.", "context_length_exceeded")
 
+    # ---- what the output is made of ----
+
+    def output_plan(self, req: GenerationRequest, prompts: list[list[int]]) -> OutputPlan:
+        """The grammar constraining the output (an output constraint of the request, or the
+        tool-call format for tool_choice 'required' / a function), the control tokens whose
+        text must reach the response (tool-call and reasoning markers), and how a chat
+        response is split (reasoning_content, tool_calls). 400 for a grammar that cannot be
+        used."""
+        from .. import reasoning, structured, toolcalls
+        from .guided import compile_guided
+        plan = OutputPlan()
+        if req.guided is not None:
+            plan.grammar = compile_guided(req.guided, self.tok)
+        if req.kind != "chat" or self.template is None:
+            return plan
+        source = getattr(self.template, "source", None)
+        if self.config.reasoning_format == "auto" and reasoning.detect(source):
+            tail = self.tok.decode(prompts[0][-16:], skip_special=False)
+            plan.think, plan.started_in_think = True, reasoning.starts_in_think(tail)
+            plan.keep |= {t for t in (self.tok.token_to_id(x) for x in reasoning.TAGS)
+                          if t is not None}
+        t = req.tools
+        if t is not None and t.choice != "none":
+            fmt = self.template.tool_format
+            plan.tool_format = fmt
+            specials = fmt.special_token_ids(self.tok)
+            plan.keep |= set(specials.values())
+            thinking = ("open" if plan.started_in_think else
+                        "optional" if plan.think else None)
+            try:
+                choice = t.choice if t.choice in ("auto", "required") else \
+                    {"type": "function", "function": {"name": t.choice}}
+                lark = fmt.grammar(t.tools, choice, t.parallel, special_tokens=specials,
+                                   thinking=thinking)
+                if lark is not None:
+                    plan.grammar = structured.compile_grammar(structured.lark(lark), self.tok,
+                                                              "tool-call grammar")
+            except (toolcalls.ToolChoiceError, structured.GrammarError) as e:
+                raise invalid("tool_choice", f"The tools could not be used: {e}",
+                              "invalid_tools") from None
+        return plan
+
     # ---- submission ----
 
-    def generations(self, req: GenerationRequest, prompts: list[list[int]]) -> list[list[Generation]]:
-        """n Generations per prompt; choice k samples with seed + k when a seed is given."""
+    def generations(self, req: GenerationRequest, prompts: list[list[int]],
+                    plan: OutputPlan | None = None) -> list[list[Generation]]:
+        """n Generations per prompt; choice k samples with seed + k when a seed is given; each
+        has its own matcher of the plan's grammar."""
         from dataclasses import replace
+
+        from ..structured import Constraint
+        plan = plan or OutputPlan()
         out, k = [], 0
         for ids in prompts:
             gens = []
@@ -153,15 +235,18 @@ class ModelService:
                     p = replace(p, seed=(p.seed + k) % 2**64)
                 else:
                     p = replace(p)
-                gens.append(Generation(self.tok, ids, p, max_tokens=req.max_tokens,
-                                       stop=list(req.stop), n_ctx=self.n_ctx,
-                                       ignore_eos=req.ignore_eos))
+                gens.append(Generation(
+                    self.tok, ids, p, max_tokens=req.max_tokens, stop=list(req.stop),
+                    n_ctx=self.n_ctx, ignore_eos=req.ignore_eos,
+                    constraint=Constraint(plan.grammar, self.tok) if plan.grammar else None,
+                    keep_special=frozenset(plan.keep)))
                 k += 1
             out.append(gens)
         return out
 
-    def submit(self, req: GenerationRequest, prompts: list[list[int]]):
-        gens = self.generations(req, prompts)
+    def submit(self, req: GenerationRequest, prompts: list[list[int]],
+               plan: OutputPlan | None = None):
+        gens = self.generations(req, prompts, plan)
         return self._submit(lambda timeout: self.scheduler.submit(prompts, gens, timeout=timeout))
 
     # ---- embeddings ----

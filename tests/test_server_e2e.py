@@ -441,4 +441,4 @@ def test_serve_rejects_a_bad_model_file(tmp_path):
     assert p.returncode == 2 and "bad.gguf" in p.stderr
     p = subprocess.run([sys.executable, "-m", "reame", "serve", str(tmp_path / "none.gguf")],
                        capture_output=True, text=True, timeout=60)
-    assert p.returncode == 2 and "no such file" in p.stderr
+    assert p.returncode == 2 and "no such file" in p.stderr.lower()

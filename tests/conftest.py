@@ -21,6 +21,15 @@ os.environ.setdefault("REAME_ADAPTIVE_BOOT", "0")
 os.environ.setdefault("REAME_ADAPTIVE_DIR", tempfile.mkdtemp(prefix="reame-adaptive-"))
 
 
+@pytest.fixture(autouse=True)
+def _progress_mode_per_test():
+    """`reame generate -q` run in-process turns progress off for the process: each test starts
+    from the default mode again."""
+    yield
+    from reame import progress
+    progress.configure(None)
+
+
 def shared_dir() -> Path:
     return Path(os.environ.get("REAME_SHARED") or REPO.parent / "shared")
 

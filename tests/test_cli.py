@@ -139,8 +139,10 @@ def test_generate_greedy_streams_the_expected_text(capsys, stories, first_case):
                        "--max-tokens", 64)
     assert rc == 0
     assert out == first_case["greedy_text"] + "\n"
-    assert err.count("\n") == 1                                   # the timing line
-    assert err.startswith("[5 prompt tokens, 64 generated (length); ") and "engine jit]" in err
+    # the timing line, after progress lines while kernels compile (a cold kernel cache)
+    lines = [x for x in err.splitlines() if not x.startswith("reame: ")]
+    assert len(lines) == 1, err
+    assert lines[0].startswith("[5 prompt tokens, 64 generated (length); ") and "engine jit]" in err
 
 
 def test_generate_streams_token_by_token(monkeypatch, stories, first_case):

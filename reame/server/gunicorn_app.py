@@ -70,6 +70,7 @@ class ReameApplication(BaseApplication):
             if value is not None:
                 self.cfg.set(key, value)
         self.cfg.set("on_exit", self._on_exit)
+        self.cfg.set("worker_exit", worker_exit)
 
     def load(self):
         """Called in each worker after the fork: build the app and start loading the model."""
@@ -83,6 +84,18 @@ class ReameApplication(BaseApplication):
     def _on_exit(self, arbiter) -> None:
         if self.config.metrics_dir and self.owns_metrics_dir:
             shutil.rmtree(self.config.metrics_dir, ignore_errors=True)
+
+
+def worker_exit(server, worker) -> None:
+    """In the worker, as it exits: stop the engine thread and save what the adaptive runtime
+    learned (it is also saved every minute)."""
+    handle = getattr(getattr(worker, "wsgi", None), "reame", None)
+    service = getattr(handle, "service", None)
+    if service is not None:
+        try:
+            service.stop()
+        except Exception:                    # exiting anyway: never mask the exit
+            logging.getLogger("reame.server").exception("stopping the service failed")
 
 
 def run(config: ServerConfig, **kw) -> None:

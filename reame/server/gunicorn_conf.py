@@ -23,6 +23,9 @@ preload_app = False
 proc_name = "reame"
 
 
+from reame.server.gunicorn_app import worker_exit  # noqa: E402,F401  (a gunicorn hook)
+
+
 def post_worker_init(worker):
     app = worker.wsgi
     start = getattr(app, "start", None)

@@ -303,3 +303,19 @@ def test_boot_benchmark_is_time_boxed_and_keeps_the_output(model, tmp_path, refe
         assert greedy_run(model, s) == reference_output
     finally:
         s.stop()
+
+
+def test_the_strategy_is_saved_when_the_server_stops(stories_path, tmp_path):
+    """reame serve, stopped with SIGTERM: the worker saves its strategy on the way out."""
+    from test_server_e2e import ReameServer
+    d = tmp_path / "adaptive"
+    s = ReameServer(stories_path, env={"REAME_ADAPTIVE_DIR": str(d)}, log_dir=tmp_path)
+    try:
+        assert s.client().completions.create(model="stories260K", prompt="Once",
+                                             max_tokens=4).choices[0].text
+    finally:
+        s.stop()
+    files = list(d.glob("strategy-*.json"))
+    assert len(files) == 1, s.log()
+    body = json.loads(files[0].read_text())
+    assert body["identity"]["model"].startswith(str(stories_path))

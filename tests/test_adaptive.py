@@ -319,3 +319,40 @@ def test_the_strategy_is_saved_when_the_server_stops(stories_path, tmp_path):
     assert len(files) == 1, s.log()
     body = json.loads(files[0].read_text())
     assert body["identity"]["model"].startswith(str(stories_path))
+
+
+def test_saved_parameters_never_exceed_this_servers_limits(model, tmp_path):
+    """A strategy saved by a server with a larger batch (or nonsense values) never gives this
+    one more sequences than its KV slots (that ran out of slots: 'pop from empty list')."""
+    eng = engine(model)                                  # 4 KV slots
+    rt = AdaptiveRuntime(eng, SchedulerParams(max_batch=4), state_dir=tmp_path)
+    store.save(rt.path, rt.ident, {}, {"max_batch": 16, "token_budget": 128,
+                                       "prefill_chunk": 64})
+    params = SchedulerParams(max_batch=4)
+    AdaptiveRuntime(eng, params, state_dir=tmp_path).load()
+    assert (params.max_batch, params.token_budget, params.prefill_chunk) == (4, 128, 64)
+    store.save(rt.path, rt.ident, {}, {"token_budget": 10**6, "max_batch": True})
+    params = SchedulerParams(max_batch=4)
+    AdaptiveRuntime(eng, params, state_dir=tmp_path).load()
+    assert (params.max_batch, params.token_budget) == (4, 512)
+
+
+def test_promoting_a_variant_live_as_a_trial_records_it():
+    """The pair's last step ran the candidate (live as a trial) when it is promoted: the slot
+    leaves the trial state and the replaced variant is in its history."""
+    from reame.adaptive.tuner import KernelTuner, SlotClass
+    from reame.dispatch import DispatchTable
+    from test_runtime import kernels as _k  # noqa: F401
+    from test_runtime import kernel_set
+    ks = kernel_set(320)
+    table = DispatchTable(capacity=4)
+    slot = table.add("blk.0.attn_norm@1", ks["rms"])
+    table.stage(slot, ks["rms_generic"], verify=False, record=False)     # the trial arm
+    table.commit()
+    assert table.slots[slot].base is ks["rms"]
+    t = KernelTuner.__new__(KernelTuner)
+    t.table = table
+    t._stage_all(SlotClass("k", "1", [slot], ks["rms"].spec), ks["rms_generic"])
+    table.commit()
+    s = table.slots[slot]
+    assert s.kernel is ks["rms_generic"] and s.base is None and s.history == [ks["rms"]]

@@ -56,9 +56,7 @@ class AdaptiveRuntime:
         if not saved:
             return 0
         self.loaded = self.tuner.apply_choices(saved["choices"])
-        for k, v in saved["scheduler"].items():
-            if hasattr(self.params, k) and isinstance(v, int):
-                setattr(self.params, k, v)
+        self._load_params(saved["scheduler"])
         log.info("adaptive: %d kernel choices loaded from %s", self.loaded, self.path)
         return self.loaded
 
@@ -109,6 +107,24 @@ class AdaptiveRuntime:
                "tried": t.tried, "promoted": t.promoted, "refused": t.refused}
         log.info("adaptive: start-up benchmark: %s", out)
         return out
+
+    def _load_params(self, saved: dict) -> None:
+        """Saved scheduler parameters, within this server's limits: never a larger batch than
+        it was started with (its KV slots and --max-seqs), and only values the engine accepts."""
+        from dataclasses import replace
+        cand = replace(self.params)
+        for k in ("max_batch", "token_budget", "prefill_chunk"):
+            v = saved.get(k)
+            if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+                setattr(cand, k, min(v, self.params.max_batch) if k == "max_batch" else v)
+        try:
+            cand.check(getattr(self.engine, "max_tokens", cand.token_budget),
+                       self.engine.kv.max_seqs)
+        except ValueError as e:
+            log.warning("adaptive: saved scheduler parameters not used: %s", e)
+            return
+        for k in ("max_batch", "token_budget", "prefill_chunk"):
+            setattr(self.params, k, getattr(cand, k))
 
     # ---- every step (the engine thread) ----
 

@@ -253,7 +253,9 @@ class KernelTuner:
             s = self.table.slots[i]
             if rollback and s.history and s.history[-1] is k:
                 self.table.rollback(i)
-            elif s.kernel is not k or s.staged is not None:
+            elif s.kernel is not k or s.staged is not None or s.base is not None:
+                # (k may be live already as a trial: staging it recorded ends the trial and
+                # puts the variant it replaced in the history)
                 self.table.stage(i, k, verify=False)
         cls.spec = k.spec
 

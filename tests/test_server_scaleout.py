@@ -351,7 +351,8 @@ def _failover(reps, bal):
             status, body = complete(bal.url, key=k, max_tokens=32 if after else LONG_GEN,
                                     ignore_eos=True)
             with lock:
-                results.append((k, after, status, body["model"] if status == 200 else body[:60]))
+                results.append((k, after, status,
+                                body["model"] if status == 200 else str(body)[:60]))
                 done_after = sum(1 for r in results if r[1] and r[0] in victim_keys)
             if done_after >= 3 * THREADS:
                 enough.set()

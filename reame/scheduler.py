@@ -361,7 +361,8 @@ class Scheduler:
         for r in ended.values():               # after every event of the step is out
             self._maybe_done(r)
         if self.adaptive is not None:
-            self.adaptive.after_step(plan, sum(1 for w in plan.work if w.row >= 0))
+            self.adaptive.after_step(plan, sum(1 for w in plan.work if w.row >= 0),
+                                     self.planner.n_running, self.planner.n_waiting)
         return True
 
     def _prepare_masks(self, plan):

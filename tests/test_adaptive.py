@@ -356,3 +356,30 @@ def test_promoting_a_variant_live_as_a_trial_records_it():
     table.commit()
     s = table.slots[slot]
     assert s.kernel is ks["rms_generic"] and s.base is None and s.history == [ks["rms"]]
+
+
+def test_scheduler_feeds_the_batch_tuner_and_the_batch_is_saved(model, tmp_path):
+    """The scheduler tells the runtime how many sequences run and wait at every step (catches:
+    a runtime never told that requests wait, whose batch can never grow); a saturated server
+    probes a bigger batch; the batch it chose is saved and a restarted server starts from it
+    (never below its own starting batch, never above its slots)."""
+    eng = engine(model)                                  # 4 KV slots
+    params = SchedulerParams(max_batch=2)
+    rt = AdaptiveRuntime(eng, params, state_dir=tmp_path,
+                         batch_options=dict(window=2, settle=0, patience=50))
+    seen = []
+    observe = rt.batch.observe
+    rt.batch.observe = lambda *a: (seen.append(a[3:]), observe(*a))[1]
+    s = Scheduler(eng, params, adaptive=rt).start()
+    try:
+        greedy_run(model, s, n_seqs=6, max_tokens=30)
+    finally:
+        s.stop()
+    assert (2, 4) in seen                               # 2 running, 4 waiting
+    assert rt.batch.probes >= 1 and rt.report()["batch"]["probes"] == rt.batch.probes
+    params.max_batch = 4                                 # as if the probe had been kept
+    assert rt.save()
+    p2 = SchedulerParams(max_batch=2)
+    rt2 = AdaptiveRuntime(engine(model), p2, state_dir=tmp_path)
+    rt2.load()
+    assert p2.max_batch == 4 and rt2.batch.start == 2

@@ -4,7 +4,8 @@
     ... each step:  runtime.before_step(plan);  engine.forward(...);  runtime.after_step(plan, t)
 
 It owns the kernel tuner (tuner.py: online A/B of kernel variants through the dispatch table),
-the request profile (profile.py), the saved strategy (store.py) and the report. `enabled=False`
+the batch tuner (batching.py: how many sequences run at once while requests wait), the request
+profile (profile.py), the saved strategy (store.py) and the report. `enabled=False`
 (`--adaptive off`) runs the starting kernels and parameters unchanged (what a saved strategy or
 the defaults give) and only keeps the profile; `freeze()` stops exploring and keeps what was
 learned.
@@ -18,6 +19,7 @@ import time
 from pathlib import Path
 
 from . import store
+from .batching import BatchTuner
 from .profile import RequestProfile
 from .tuner import KernelTuner
 
@@ -26,7 +28,8 @@ log = logging.getLogger("reame.adaptive")
 
 class AdaptiveRuntime:
     def __init__(self, engine, params, *, enabled: bool = True, state_dir: Path | None = None,
-                 report_every: float = 0.0, save_every: float = 60.0, tuner_options=None):
+                 report_every: float = 0.0, save_every: float = 60.0, tuner_options=None,
+                 tpot_limit: float = 0.25, batch_options=None):
         self.engine, self.params = engine, params
         self.enabled = enabled
         self.profile = RequestProfile()
@@ -43,8 +46,13 @@ class AdaptiveRuntime:
         self._t_step = 0.0
         self.loaded = 0
         self._lock = threading.Lock()
-        if self.tuner is not None and not enabled:
-            self.tuner.frozen = True
+        # the running batch: tuned between the starting limit and the engine's KV slots
+        self.batch = BatchTuner(params, engine.kv.max_seqs, tpot_limit=tpot_limit,
+                                **(batch_options or {}))
+        if not enabled:
+            self.batch.frozen = True
+            if self.tuner is not None:
+                self.tuner.frozen = True
 
     # ---- start ----
 
@@ -109,22 +117,25 @@ class AdaptiveRuntime:
         return out
 
     def _load_params(self, saved: dict) -> None:
-        """Saved scheduler parameters, within this server's limits: never a larger batch than
-        it was started with (its KV slots and --max-seqs), and only values the engine accepts."""
+        """Saved scheduler parameters, within this server's limits: a batch between its
+        starting limit and its KV slots, and only values the engine accepts."""
         from dataclasses import replace
         cand = replace(self.params)
+        slots = self.engine.kv.max_seqs
         for k in ("max_batch", "token_budget", "prefill_chunk"):
             v = saved.get(k)
             if isinstance(v, int) and not isinstance(v, bool) and v > 0:
-                setattr(cand, k, min(v, self.params.max_batch) if k == "max_batch" else v)
+                setattr(cand, k, min(max(v, self.batch.start), slots) if k == "max_batch"
+                        else v)
         try:
             cand.check(getattr(self.engine, "max_tokens", cand.token_budget),
                        self.engine.kv.max_seqs)
         except ValueError as e:
             log.warning("adaptive: saved scheduler parameters not used: %s", e)
             return
-        for k in ("max_batch", "token_budget", "prefill_chunk"):
+        for k in ("token_budget", "prefill_chunk"):
             setattr(self.params, k, getattr(cand, k))
+        self.batch.rebase(cand.max_batch)
 
     # ---- every step (the engine thread) ----
 
@@ -141,10 +152,13 @@ class AdaptiveRuntime:
             self._before = (float(self.engine.table.stats[slots, 1].sum())
                             if slots is not None else 0.0)
 
-    def after_step(self, plan, n_sampled: int) -> None:
+    def after_step(self, plan, n_sampled: int, running: int = 0, waiting: int = 0) -> None:
+        """After the step's forward pass and sampling; `running` sequences hold a batch place
+        and `waiting` ones wait for one (the batch tuner's signal of saturation)."""
         now = time.monotonic()
         decode_only = all(w.n == 1 for w in plan.work)
         self.profile.step(len(plan.batch), n_sampled, now - self._t_step, decode_only, now)
+        self.batch.observe(n_sampled, now - self._t_step, decode_only, running, waiting)
         if self.tuner is not None:
             self.tuner.after_step(self._label, len(plan.batch), self._timed, self._before)
         if self._first_minute is None and now - self.t_start >= 60:
@@ -159,16 +173,19 @@ class AdaptiveRuntime:
     # ---- controls ----
 
     def freeze(self) -> None:
+        self.batch.frozen = True
         if self.tuner is not None:
             self.tuner.frozen = True
 
     def unfreeze(self) -> None:
-        if self.tuner is not None and self.enabled:
-            self.tuner.frozen = False
+        if self.enabled:
+            self.batch.frozen = False
+            if self.tuner is not None:
+                self.tuner.frozen = False
 
     @property
     def frozen(self) -> bool:
-        return self.tuner is None or self.tuner.frozen
+        return self.batch.frozen and (self.tuner is None or self.tuner.frozen)
 
     def save(self) -> bool:
         """Write the learned strategy (atomically); False when there is nothing to write."""
@@ -208,7 +225,8 @@ class AdaptiveRuntime:
                                    if first and first["tpot_p95"] else None),
                "profile": self.profile.summary(),
                "strategy_file": str(self.path) if self.path else None,
-               "loaded_choices": self.loaded}
+               "loaded_choices": self.loaded,
+               "batch": self.batch.report()}
         if self.tuner is not None:
             out["kernels"] = self.tuner.report()
         return out
@@ -222,5 +240,6 @@ class AdaptiveRuntime:
                 + f", p95 TPOT {r['tpot_p95_s'] * 1e3:.1f} ms; kernels: "
                 f"{k.get('candidates_tried', 0)} tried, {k.get('promoted', 0)} promoted, "
                 f"{k.get('rolled_back', 0)} rolled back, {k.get('refused', 0)} refused; "
-                f"exploring {k.get('exploration_share', 0):.0%} of steps"
+                f"exploring {k.get('exploration_share', 0):.0%} of steps; "
+                f"batch {r['batch']['max_batch']} (started at {r['batch']['start']})"
                 + (" (frozen)" if r["frozen"] else ""))

@@ -31,7 +31,8 @@ def add_serve_command(subparsers) -> None:
                    help="require 'Authorization: Bearer KEY' (default: $REAME_API_KEY, else none)")
     p.add_argument("--max-seqs", type=int, default=None,
                    help="sequences generating at once per worker: the largest batch "
-                        "(default: $REAME_MAX_SEQS or 16)")
+                        "(default: $REAME_MAX_SEQS, else 16 to start with, grown by the "
+                        "adaptive runtime up to 64 while requests wait)")
     p.add_argument("--queue-size", type=int, default=None,
                    help="sequences that may wait to be admitted; beyond that: 429 with "
                         "Retry-After (default: $REAME_QUEUE_SIZE or 256)")
@@ -81,6 +82,9 @@ def add_serve_command(subparsers) -> None:
     p.add_argument("--adaptive-report", type=float, default=None, metavar="SEC",
                    help="seconds between the adaptive runtime's report lines, 0: none "
                         "(default: $REAME_ADAPTIVE_REPORT or 300)")
+    p.add_argument("--tpot-limit", type=float, default=None, metavar="SEC",
+                   help="latency guard of the adaptive batch: the p95 decode step it may grow "
+                        "to (default: $REAME_TPOT_LIMIT or 0.25)")
     p.add_argument("--chat-template-file", default=None, help="override the chat template")
     p.add_argument("--alias", default=None, help="another model name clients may use")
     p.add_argument("--log-level", default="info",
@@ -118,7 +122,7 @@ def cmd_serve(args) -> int:
         body_timeout=args.body_timeout, send_timeout=args.send_timeout, pooling=args.pooling,
         reasoning_format=args.reasoning_format, adaptive=args.adaptive,
         adaptive_dir=args.adaptive_dir, adaptive_boot=args.adaptive_boot,
-        adaptive_report=args.adaptive_report)
+        adaptive_report=args.adaptive_report, tpot_limit=args.tpot_limit)
     run(config, host=args.host, port=args.port, workers=args.workers,
         http_threads=args.http_threads, log_level=args.log_level, access_log=args.access_log)
     return 0

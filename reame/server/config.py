@@ -7,6 +7,9 @@ from dataclasses import dataclass, fields
 
 from ..errors import ReameError
 
+DEFAULT_BATCH = 16     # sequences running at once to start with (measured: docs/benchmarks.md)
+AUTO_SLOTS = 64        # how far the adaptive runtime may grow it when --max-seqs is not given
+
 
 @dataclass
 class ServerConfig:
@@ -16,7 +19,9 @@ class ServerConfig:
     ctx_size: int | None = None         # context per sequence (None: min(trained, 4096))
     kv_type: str = "f32"
     act_type: str | None = None         # q8 | f32 (None: the engine's default, see reame.engines)
-    max_seqs: int = 16                  # sequences generating at once per worker (the batch)
+    # sequences generating at once per worker (the batch): None starts at DEFAULT_BATCH and lets
+    # the adaptive runtime grow it up to AUTO_SLOTS while requests wait; a number fixes both
+    max_seqs: int | None = None
     queue_size: int = 256               # sequences that may wait for admission before a 429
     kv_cache_mb: int | None = None      # KV pool per worker (None: reame.engines.kv_budget)
     block_size: int = 64                # positions per KV block (a power of two, 16..256)
@@ -40,6 +45,7 @@ class ServerConfig:
     adaptive_dir: str | None = None     # where learned strategies are kept (None: ~/.cache/...)
     adaptive_boot: float = 10.0         # seconds of start-up micro-benchmark (0: none)
     adaptive_report: float = 300.0      # seconds between adaptive report log lines (0: none)
+    tpot_limit: float = 0.25            # the p95 decode step the batch tuner may grow up to (s)
 
     ENV = {  # field -> environment variable
         "model": "REAME_MODEL", "engine": "REAME_ENGINE", "threads": "REAME_THREADS",
@@ -55,6 +61,7 @@ class ServerConfig:
         "pooling": "REAME_POOLING", "reasoning_format": "REAME_REASONING_FORMAT",
         "adaptive": "REAME_ADAPTIVE", "adaptive_dir": "REAME_ADAPTIVE_DIR",
         "adaptive_boot": "REAME_ADAPTIVE_BOOT", "adaptive_report": "REAME_ADAPTIVE_REPORT",
+        "tpot_limit": "REAME_TPOT_LIMIT",
     }
 
     @classmethod
@@ -82,8 +89,14 @@ class ServerConfig:
         cfg.check()
         return cfg
 
+    def batch_limits(self) -> tuple[int, int]:
+        """(the batch to start with, the most sequences ever running: the engine's KV slots)."""
+        if self.max_seqs is not None:
+            return self.max_seqs, self.max_seqs
+        return DEFAULT_BATCH, AUTO_SLOTS
+
     def check(self) -> None:
-        if self.max_seqs < 1:
+        if self.max_seqs is not None and self.max_seqs < 1:
             raise ReameError("max_seqs must be >= 1")
         if self.queue_size < 0:
             raise ReameError("queue_size must be >= 0")
@@ -111,6 +124,8 @@ class ServerConfig:
             raise ReameError("adaptive must be on or off")
         if self.adaptive_boot < 0 or self.adaptive_report < 0:
             raise ReameError("adaptive_boot and adaptive_report must be >= 0")
+        if not self.tpot_limit > 0:
+            raise ReameError("tpot_limit must be > 0")
         self.cors_allow_origins()
 
     def cors_allow_origins(self):

@@ -26,7 +26,7 @@ LOG_FORMAT = "[%(asctime)s] [%(process)d] [%(levelname)s] %(name)s: %(message)s"
 def default_http_threads(config: ServerConfig) -> int:
     """HTTP threads per worker: every running and waiting request holds one while it streams, and
     the ones beyond that must still reach the app to be told 429 rather than wait unseen."""
-    return max(16, config.max_seqs + config.queue_size + 8)
+    return max(16, config.batch_limits()[1] + config.queue_size + 8)
 
 
 def gunicorn_options(config: ServerConfig, host: str = "127.0.0.1", port: int = 8000,

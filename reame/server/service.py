@@ -83,13 +83,15 @@ class ModelService:
         self.n_ctx = engine.n_ctx
         self.n_vocab = tokenizer.n_vocab
         from ..scheduler import default_params
-        params = default_params(engine, max_waiting=config.queue_size)
+        params = default_params(engine, max_waiting=config.queue_size,
+                                max_batch=min(config.batch_limits()[0], engine.kv.max_seqs))
         self.adaptive = None
         if hasattr(engine, "table"):                # the JIT engine: kernels can be tuned
             from ..adaptive import AdaptiveRuntime
             self.adaptive = AdaptiveRuntime(engine, params, enabled=config.adaptive == "on",
                                             state_dir=config.adaptive_dir,
-                                            report_every=config.adaptive_report)
+                                            report_every=config.adaptive_report,
+                                            tpot_limit=config.tpot_limit)
         self.scheduler = Scheduler(engine, params, salt=model_identity(engine),
                                    adaptive=self.adaptive)
         self.n_embd = getattr(getattr(engine, "config", None), "n_embd", 0)
@@ -400,17 +402,22 @@ def engine_factory(config: ServerConfig) -> Callable[[], object]:
         model = load_model(config.model)
         c = model.config
         n_ctx = config.ctx_size or min(c.n_ctx_train, DEFAULT_MAX_CTX)
-        blocks, n_ctx = kv_budget(c, n_ctx, config.max_seqs, config.kv_type, config.block_size,
+        start, slots = config.batch_limits()
+        # the default pool: a whole context for each sequence of the starting batch (a bigger
+        # batch the adaptive runtime picks shares it: sequences hold what they use)
+        blocks, n_ctx = kv_budget(c, n_ctx, start, config.kv_type, config.block_size,
                                   config.kv_cache_mb, config.workers)
         engine = create_engine(model, config.engine or DEFAULT_ENGINE, n_ctx=n_ctx,
-                               max_seqs=config.max_seqs, kv_type=config.kv_type,
+                               max_seqs=slots, kv_type=config.kv_type,
                                threads=config.threads, act_type=config.act_type,
                                block_size=config.block_size, kv_blocks=blocks)
         kv = engine.kv
         log.info("KV cache: %.0f MiB, %d blocks of %d positions (%d tokens, %s)%s; context %d "
-                 "per sequence, up to %d sequences at once", blocks * kv.block_bytes / 2**20,
+                 "per sequence, %s sequences at once", blocks * kv.block_bytes / 2**20,
                  blocks, kv.block_size, blocks * kv.block_size, kv.kv_type,
                  "" if config.kv_cache_mb else " (default: --kv-cache-mb to change)", n_ctx,
-                 config.max_seqs)
+                 str(start) if start == slots else
+                 f"{start} to start with, up to {slots} (the adaptive runtime grows the batch "
+                 "while requests wait)" if config.adaptive == "on" else str(start))
         return engine
     return build

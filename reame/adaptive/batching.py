@@ -1,0 +1,203 @@
+"""The running batch, tuned on the traffic: how many sequences decode together.
+
+A bigger batch reads the weights once for more tokens, so while requests wait (the server is
+saturated) it usually gives more tokens per second, at the price of a longer step (time per
+output token). Where that trade turns depends on the CPU, the model and the traffic (prompt
+lengths, how many tokens of each step are prompt chunks, the KV memory), so it is measured:
+
+- the tuner watches every step: the generated tokens, its seconds, how many sequences ran and
+  whether any waited; a step is *full* when the batch was at its limit with sequences waiting
+  (then the limit is what bounds throughput);
+- after `window` full steps at the current limit it *probes* the next larger level (one not
+  refused lately: throughput is not monotonic in the batch, since step programs come in
+  buckets, so a level past a refused one is still tried): the limit
+  is raised, and once the batch has filled and settled, `window` full steps measure it; the
+  throughput of each (generated tokens / seconds over its full steps, prompt chunks included:
+  the real mix) decides. The level is kept when its time per token is at least `min_gain`
+  below the current level's with `Z` standard errors of margin (noise does not promote), and its p95
+  decode step stays under `tpot_limit` (the latency guard); otherwise the limit goes back and
+  that level is not probed again for `retry_steps` steps (traffic changes);
+- a probe whose batch does not fill within `patience` steps (load went down, or the KV pool,
+  not the batch, is what limits admissions) is abandoned;
+- the tuner never goes below the level it started from (the default, or what a saved strategy
+  said), and when a level it chose breaks the latency guard later (longer contexts make steps
+  slower), it steps back down.
+
+Only `SchedulerParams.max_batch` moves, within [start, slots]; the planner reads it at every
+admission, so a lower limit takes effect as sequences finish (none is preempted for it).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from .profile import percentile
+
+Z = 2.5                  # standard errors of margin when comparing two levels
+LEVELS = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256)
+
+
+class LevelStats:
+    """One level's recent full steps (generated tokens, seconds) and decode step times."""
+
+    def __init__(self, keep: int = 96):
+        self.full: deque[tuple[int, float]] = deque(maxlen=keep)
+        self.decode_steps: deque[float] = deque(maxlen=256)
+
+    @property
+    def steps(self) -> int:
+        return len(self.full)
+
+    @property
+    def rate(self) -> float:
+        s = sum(x for _, x in self.full)
+        return sum(n for n, _ in self.full) / s if s > 0 else 0.0
+
+    def per_token(self) -> tuple[float, float]:
+        """Mean seconds per generated token over the full steps, and its standard error."""
+        xs = [s / n for n, s in self.full if n > 0]
+        if len(xs) < 2:
+            return math.inf, math.inf
+        m = sum(xs) / len(xs)
+        var = sum((x - m) ** 2 for x in xs) / (len(xs) - 1)
+        return m, math.sqrt(var / len(xs))
+
+    @property
+    def tpot_p95(self) -> float:
+        return percentile(self.decode_steps, 0.95)
+
+
+class BatchTuner:
+    def __init__(self, params, slots: int, *, tpot_limit: float = 0.25, window: int = 48,
+                 settle: int = 8, patience: int = 400, min_gain: float = 0.02,
+                 retry_steps: int = 3000):
+        self.params, self.slots = params, slots
+        self.tpot_limit, self.window, self.settle = tpot_limit, window, settle
+        self.patience, self.min_gain, self.retry_steps = patience, min_gain, retry_steps
+        self.start = params.max_batch              # never below this (the default's level)
+        self.levels = sorted({lv for lv in LEVELS if self.start <= lv <= slots} | {self.start, slots})
+        self.frozen = False
+        self.steps = 0
+        self.base: LevelStats = LevelStats()      # the current limit, measured
+        self.probe: LevelStats | None = None      # the level being probed
+        self._probe_from = 0                      # the limit before the probe
+        self._probe_started = 0                   # step the probe began
+        self._settled = 0                         # full steps seen at the probed level
+        self.refused: dict[int, int] = {}         # level -> step it was refused at
+        self.history: list[tuple[int, int, str]] = []   # (step, level, what happened)
+        self.probes = self.kept = self.reverted = self.guarded = 0
+
+    def rebase(self, level: int) -> None:
+        """A new starting level (a saved strategy): measured afresh from there."""
+        self.params.max_batch = level
+        self.base = LevelStats()
+        self.probe = None
+
+    # ---- every step (the engine thread) ----
+
+    def observe(self, n_sampled: int, seconds: float, decode_only: bool, running: int,
+                waiting: int) -> None:
+        self.steps += 1
+        if self.frozen:
+            if self.probe is not None:
+                self._end_probe(keep=False, why="frozen")
+            return
+        limit = self.params.max_batch
+        full = running >= limit and waiting > 0
+        if self.probe is not None:
+            self._probing(n_sampled, seconds, decode_only, full)
+            return
+        if running >= limit and decode_only:      # the level's step times, for the guard
+            self.base.decode_steps.append(seconds)
+        if full:
+            self.base.full.append((n_sampled, seconds))
+        if (limit > self.start and len(self.base.decode_steps) >= self.window
+                and self.base.tpot_p95 > self.tpot_limit):
+            self._step_down(f"p95 decode step {self.base.tpot_p95:.3f} s over the "
+                            f"{self.tpot_limit:.3f} s limit")
+            return
+        if self.base.steps >= self.window:
+            nxt = self._next(limit)
+            if nxt is not None:
+                self._start_probe(limit, nxt)
+
+    def _next(self, limit: int) -> int | None:
+        for lv in self.levels:                    # the next level not refused lately (a
+            if lv > limit:                        # bigger one may win where one did not:
+                when = self.refused.get(lv)       # step programs come in buckets)
+                if when is not None and self.steps - when < self.retry_steps:
+                    continue
+                # the guard, predicted: step time grows at most in proportion to the batch
+                if (self.base.decode_steps and self.base.tpot_p95 * lv / limit
+                        > 2 * self.tpot_limit):
+                    return None
+                return lv
+        return None
+
+    def _start_probe(self, limit: int, level: int) -> None:
+        self.probe = LevelStats()
+        self._probe_from, self._probe_started, self._settled = limit, self.steps, 0
+        self.params.max_batch = level
+        self.probes += 1
+        self.history.append((self.steps, level, "probe"))
+
+    def _probing(self, n_sampled: int, seconds: float, decode_only: bool, full: bool) -> None:
+        p = self.probe
+        if self.steps - self._probe_started > self.patience:
+            self._end_probe(keep=False, why="the batch did not fill")
+            return
+        if not full:
+            return
+        self._settled += 1
+        if self._settled <= self.settle:          # new sequences still computing prompts
+            return
+        p.full.append((n_sampled, seconds))
+        if decode_only:
+            p.decode_steps.append(seconds)
+        if p.steps < self.window:
+            return
+        # confidently faster: the probe's time per token, plus Z standard errors of the
+        # difference, is still min_gain below the current level's
+        mb, sb = self.base.per_token()
+        mp, sp = p.per_token()
+        faster = mp + Z * math.hypot(sb, sp) <= mb * (1 - self.min_gain)
+        within = not p.decode_steps or p.tpot_p95 <= self.tpot_limit
+        self._end_probe(keep=faster and within,
+                        why=(f"{p.rate / self.base.rate:.3f}x the tokens/s of "
+                             f"{self._probe_from}" if self.base.rate else "")
+                        + ("" if within else f", p95 decode step {p.tpot_p95:.3f} s over "
+                                             f"the limit"))
+
+    def _end_probe(self, keep: bool, why: str) -> None:
+        p, self.probe = self.probe, None
+        level = self.params.max_batch
+        if keep:
+            self.base = p
+            self.kept += 1
+            self.history.append((self.steps, level, f"kept: {why}"))
+        else:
+            self.params.max_batch = self._probe_from
+            self.refused[level] = self.steps
+            self.reverted += 1
+            self.history.append((self.steps, level, f"reverted: {why}"))
+            self.base = LevelStats()              # measure the current level afresh
+        self.history = self.history[-50:]
+
+    def _step_down(self, why: str) -> None:
+        limit = self.params.max_batch
+        lower = max([lv for lv in self.levels if lv < limit], default=self.start)
+        self.params.max_batch = lower
+        self.refused[limit] = self.steps
+        self.guarded += 1
+        self.history.append((self.steps, lower, f"down from {limit}: {why}"))
+        self.base = LevelStats()
+
+    def report(self) -> dict:
+        return {"max_batch": self.params.max_batch, "start": self.start, "slots": self.slots,
+                "tpot_limit_s": self.tpot_limit,
+                "probing": None if self.probe is None else self.params.max_batch,
+                "tok_s_at_limit": round(self.base.rate, 2),
+                "probes": self.probes, "kept": self.kept, "reverted": self.reverted,
+                "stepped_down": self.guarded,
+                "history": [{"step": s, "max_batch": lv, "event": e}
+                            for s, lv, e in self.history[-10:]]}

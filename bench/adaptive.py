@@ -1,7 +1,7 @@
 """Adaptive on vs off: one changing trace replayed twice against `reame serve`, same seed.
 
     python -m bench.adaptive [--model shape:mix | --gguf PATH] [--phase-seconds 300]
-                             [--phases chat,documents,agentic] [--rates 3,0.6,3]
+                             [--phases chat,documents,agentic] [--rates 2,0.45,7]
                              [--threads 2] [--window 30] [--restart] [--reame-args "..."]
                              [--json bench/results/adaptive.json] [--plot docs/img/adaptive.png]
                              [--markdown docs/benchmarks.md] [--quick]
@@ -46,9 +46,9 @@ from bench.trace import (REPO, approx_tokens, complete, free_port, make_client, 
                          write_section)
 
 PHASES = {                     # name -> (default rate req/s, output tokens)
-    "chat": (3.0, 64),
-    "documents": (0.6, 24),
-    "agentic": (3.0, 32),
+    "chat": (2.0, 64),
+    "documents": (0.45, 24),
+    "agentic": (7.0, 32),
 }
 QUICK = dict(phase_seconds=20.0, window=5.0)
 

@@ -160,6 +160,8 @@ class Scheduler:
                           engine.kv.max_seqs)
         self.planner = Planner(engine.kv, self.params, salt)
         self.adaptive = adaptive
+        if adaptive is not None:
+            adaptive.pool = self.planner.pool       # the prefix cache's counters, for the report
         self._cond = threading.Condition()
         self._inbox: list[Request] = []             # submitted, not yet seen (guarded by _cond)
         self._n_waiting = 0                         # sequences never admitted yet (_cond)

@@ -284,6 +284,29 @@ def test_report_counts_match_what_happened(model, tmp_path):
     assert "kernels:" in rt.line() and "tok/s" in rt.line()
 
 
+def test_report_prefix_hit_rate_is_counted_truth(model, tmp_path):
+    """The report's prefix-cache hit rate equals the prompt tokens the planner took from the
+    cache over those it looked up (catches: a rate from the wrong counters, or a constant)."""
+    rng = np.random.default_rng(5)
+    prefix = [int(t) for t in rng.integers(10, model.config.n_vocab, 40)]
+    prompts = [prefix + [int(t) for t in rng.integers(10, model.config.n_vocab, 8)]
+               for _ in range(3)]
+    eng = engine(model)
+    params = SchedulerParams(max_batch=4)
+    rt = AdaptiveRuntime(eng, params, state_dir=tmp_path)
+    s = Scheduler(eng, params, adaptive=rt).start()
+    try:
+        cached = run_prompts(model, s, prompts)
+    finally:
+        s.stop()
+    pc = rt.report()["prefix_cache"]
+    truth = sum(cached) / sum(len(p) for p in prompts)          # 64 / 144
+    assert cached == [0, 32, 32]
+    assert pc["hit_rate_since_start"] == round(truth, 4)
+    assert pc["hit_rate_last_minute"] == round(truth, 4)
+    assert "prefix hits 44% over the last minute" in rt.line()
+
+
 def test_boot_benchmark_is_time_boxed_and_keeps_the_output(model, tmp_path, reference_output):
     """The start-up micro-benchmark runs synthetic steps with every step exploring, stops at
     its time box with no trial left half-way, and whatever it chose gives the same greedy
@@ -383,3 +406,56 @@ def test_scheduler_feeds_the_batch_tuner_and_the_batch_is_saved(model, tmp_path)
     rt2 = AdaptiveRuntime(engine(model), p2, state_dir=tmp_path)
     rt2.load()
     assert p2.max_batch == 4 and rt2.batch.start == 2
+
+
+def run_prompts(model, sched, prompts, max_tokens=4):
+    """Each prompt in turn (one finished before the next); the cached prompt tokens of each."""
+    tok = Tokenizer.from_metadata(model.metadata)
+    cached = []
+    for p in prompts:
+        g = Generation(tok, p, SamplingParams(temperature=0), max_tokens=max_tokens,
+                       ignore_eos=True, n_ctx=256)
+        r = sched.submit([p], [[g]])
+        while (ev := r.out.get(timeout=120)) is not DONE:
+            assert ev.error is None, ev.error
+        cached.append(r.leads[0].n_cached)
+    return cached
+
+
+def test_hot_prefixes_are_saved_and_computed_again_at_start(model, tmp_path):
+    """Prompts sharing a 40-token prefix (2 blocks of 16) find it cached; the runtime saves it
+    as a hot prefix, and a restarted server computes it before the first request, which then
+    finds it cached (catches: a strategy without prefixes, or prefixes never computed)."""
+    rng = np.random.default_rng(3)
+    prefix = [int(t) for t in rng.integers(10, model.config.n_vocab, 40)]
+    prompts = [prefix + [int(t) for t in rng.integers(10, model.config.n_vocab, 5)]
+               for _ in range(5)]
+    eng = engine(model)
+    params = SchedulerParams(max_batch=4)
+    rt = AdaptiveRuntime(eng, params, state_dir=tmp_path)
+    s = Scheduler(eng, params, adaptive=rt).start()
+    try:
+        assert run_prompts(model, s, prompts) == [0, 32, 32, 32, 32]
+    finally:
+        s.stop()
+    assert rt.hot_prefixes() == [prefix[:32]]
+    assert rt.report()["hot_prefixes"][0] == {"tokens": 32, "found": 4}
+    assert rt.save()
+
+    eng2 = engine(model)
+    params2 = SchedulerParams(max_batch=4)
+    rt2 = AdaptiveRuntime(eng2, params2, state_dir=tmp_path)
+    rt2.load()
+    assert rt2.saved_prefixes == [prefix[:32]]
+    s2 = Scheduler(eng2, params2, adaptive=rt2).start()
+    try:
+        warm = rt2.warm(s2)
+        while warm.out.get(timeout=120) is not DONE:
+            pass
+        assert run_prompts(model, s2, prompts[:1]) == [32]    # the first request hits
+    finally:
+        s2.stop()
+    body = json.loads(rt.path.read_text())
+    rt.path.write_text(json.dumps({**body, "prefixes": [[-1]]}))   # nonsense: ignored
+    assert AdaptiveRuntime(engine(model), SchedulerParams(max_batch=4),
+                           state_dir=tmp_path).load() == 0

@@ -233,11 +233,13 @@ def test_adaptive_report_freeze_and_metrics(server):
     r = json.loads(body)
     assert r["enabled"] is True and "kernels" in r and "profile" in r
     assert r["profile"]["requests"] > 0                  # the tests above went through it
+    assert r["batch"]["start"] == r["batch"]["slots"] == 16     # --max-seqs 16: fixed
     assert http("POST", server.url + "/v1/adaptive/freeze", headers={})[0] == 401
     status, _, body = http("POST", server.url + "/v1/adaptive/freeze", headers=auth)
     assert status == 200 and json.loads(body)["frozen"] is True
     m = server.metrics(headers=auth)
     assert m["reame_adaptive_frozen"] == 1
+    assert m["reame_adaptive_max_batch"] == r["batch"]["max_batch"]
     status, _, body = http("POST", server.url + "/v1/adaptive/unfreeze", headers=auth)
     assert json.loads(body)["frozen"] is False
     assert server.metrics(headers=auth)["reame_adaptive_frozen"] == 0

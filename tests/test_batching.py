@@ -127,3 +127,12 @@ def test_slots_bound_the_levels():
     t = tuner(start=4, slots=6)
     assert t.levels == [4, 6]
     assert simulate(t, sublinear) == 6
+
+
+def test_max_seqs_unset_starts_at_16_with_room_to_grow():
+    # catches: a server whose batch cannot grow by default (slots == start), or one that
+    # ignores an explicit --max-seqs
+    from reame.server.config import ServerConfig
+    assert ServerConfig().batch_limits() == (16, 64)
+    assert ServerConfig(max_seqs=8).batch_limits() == (8, 8)
+    assert ServerConfig.from_env({"REAME_MAX_SEQS": "4"}).batch_limits() == (4, 4)

@@ -16,6 +16,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import weakref
+from collections import deque
 from pathlib import Path
 
 from . import store
@@ -41,10 +43,17 @@ class AdaptiveRuntime:
         self.t_start = time.monotonic()
         self._last_report = self._last_save = self.t_start
         self._first_minute: dict | None = None
+        self.pool = None                 # the planner's BlockPool (set by the scheduler)
+        self._pool_hist: deque = deque(maxlen=240)   # (time, queries, hits, evictions) ~1/s
         self._before = None
         self._timed = False
         self._t_step = 0.0
         self.loaded = 0
+        # hot prefixes: the cached prefix each admitted prompt found, by the hash of its last
+        # block -> [times found, its token ids] (bounded); the most found are saved
+        self.prefixes: dict[bytes, list] = {}
+        self._counted = weakref.WeakSet()
+        self.saved_prefixes: list[list[int]] = []     # loaded: to compute again at start
         self._lock = threading.Lock()
         # the running batch: tuned between the starting limit and the engine's KV slots
         self.batch = BatchTuner(params, engine.kv.max_seqs, tpot_limit=tpot_limit,
@@ -65,6 +74,9 @@ class AdaptiveRuntime:
             return 0
         self.loaded = self.tuner.apply_choices(saved["choices"])
         self._load_params(saved["scheduler"])
+        n_vocab = self.engine.config.n_vocab
+        self.saved_prefixes = [p for p in saved["prefixes"]
+                               if len(p) < self.engine.n_ctx and max(p) < n_vocab]
         log.info("adaptive: %d kernel choices loaded from %s", self.loaded, self.path)
         return self.loaded
 
@@ -159,8 +171,12 @@ class AdaptiveRuntime:
         decode_only = all(w.n == 1 for w in plan.work)
         self.profile.step(len(plan.batch), n_sampled, now - self._t_step, decode_only, now)
         self.batch.observe(n_sampled, now - self._t_step, decode_only, running, waiting)
+        self._track_prefixes(plan)
         if self.tuner is not None:
             self.tuner.after_step(self._label, len(plan.batch), self._timed, self._before)
+        if self.pool is not None and (not self._pool_hist or now - self._pool_hist[-1][0] >= 1):
+            p = self.pool
+            self._pool_hist.append((now, p.queries, p.hits, p.evictions))
         if self._first_minute is None and now - self.t_start >= 60:
             self._first_minute = self._snapshot(now)
         if self.report_every and now - self._last_report >= self.report_every:
@@ -169,6 +185,49 @@ class AdaptiveRuntime:
         if self.save_every and now - self._last_save >= self.save_every:
             self._last_save = now
             self.save()
+
+    HOT_KEEP, HOT_SAVE, HOT_MIN = 64, 4, 3      # tracked, saved, times found to be saved
+
+    def _track_prefixes(self, plan) -> None:
+        for seq in plan.admitted:
+            n = seq.n_cached or 0
+            bs = self.engine.kv.block_size
+            if n < bs or seq in self._counted or len(seq.hashes) < n // bs:
+                continue
+            self._counted.add(seq)
+            key = seq.hashes[n // bs - 1]
+            e = self.prefixes.get(key)
+            if e is None:
+                if len(self.prefixes) >= self.HOT_KEEP:     # forget the least found
+                    del self.prefixes[min(self.prefixes, key=lambda k: self.prefixes[k][0])]
+                e = self.prefixes[key] = [0, list(seq.tokens[:n])]
+            e[0] += 1
+
+    def hot_prefixes(self) -> list[list[int]]:
+        """The prefixes found most often (at least HOT_MIN times), longest first among equals;
+        one that is a prefix of a saved one is left out (computing the longer computes it)."""
+        ranked = sorted(self.prefixes.values(), key=lambda e: (-e[0], -len(e[1])))
+        out: list[list[int]] = []
+        for count, toks in ranked:
+            if count < self.HOT_MIN or len(out) == self.HOT_SAVE:
+                break
+            if not any(o[:len(toks)] == toks for o in out):
+                out.append(toks)
+        return out
+
+    def warm(self, scheduler):
+        """Compute the saved hot prefixes into the prefix cache (queued like any prompt, ahead
+        of the first requests); returns the queued request (None: nothing to do)."""
+        if not self.saved_prefixes:
+            return None
+        try:
+            req = scheduler.submit_embeddings(self.saved_prefixes, pooling="last")
+        except Exception as e:                   # a full queue, a stopped engine: not needed
+            log.warning("adaptive: hot prefixes not computed: %s", e)
+            return None
+        log.info("adaptive: computing %d hot prefixes (%d tokens) into the prefix cache",
+                 len(self.saved_prefixes), sum(map(len, self.saved_prefixes)))
+        return req
 
     # ---- controls ----
 
@@ -199,7 +258,8 @@ class AdaptiveRuntime:
         sched = {k: getattr(self.params, k) for k in ("max_batch", "token_budget",
                                                       "prefill_chunk")}
         try:
-            store.save(self.path, self.ident, choices, sched)
+            store.save(self.path, self.ident, choices, sched,
+                       self.hot_prefixes() or self.saved_prefixes)
         except OSError as e:
             log.warning("adaptive: cannot save %s: %s", self.path, e)
             return False
@@ -208,7 +268,21 @@ class AdaptiveRuntime:
     # ---- report ----
 
     def _snapshot(self, now: float) -> dict:
-        return {"tok_s": self.profile.throughput(60.0, now), "tpot_p95": self.profile.tpot_p95()}
+        return {"tok_s": self.profile.throughput(60.0, now), "tpot_p95": self.profile.tpot_p95(),
+                "prefix_hit": self._prefix_rates(now)[0]}
+
+    def _prefix_rates(self, now: float) -> tuple[float | None, int]:
+        """(prompt tokens found in the prefix cache / looked up, cached blocks evicted) over
+        the last minute; None when nothing was looked up."""
+        h = self._pool_hist
+        if self.pool is None or not h:
+            return None, 0
+        p = self.pool
+        old = next((e for e in h if e[0] >= now - 60.0), h[0])
+        if old is h[0] and old[0] >= now - 60.0:    # up less than a minute: since start
+            old = (0.0, 0, 0, 0)
+        dq, dh = p.queries - old[1], p.hits - old[2]
+        return (dh / dq if dq else None), p.evictions - old[3]
 
     def report(self) -> dict:
         now = time.monotonic()
@@ -218,18 +292,44 @@ class AdaptiveRuntime:
                "uptime_s": round(now - self.t_start, 1),
                "tok_s_last_minute": round(cur["tok_s"], 2),
                "tpot_p95_s": round(cur["tpot_p95"], 5),
-               "first_minute": first and {k: round(v, 5) for k, v in first.items()},
+               "first_minute": first and {k: None if v is None else round(v, 5)
+                                          for k, v in first.items()},
                "tok_s_change": (round(cur["tok_s"] / first["tok_s"] - 1, 4)
                                 if first and first["tok_s"] else None),
                "tpot_p95_change": (round(cur["tpot_p95"] / first["tpot_p95"] - 1, 4)
                                    if first and first["tpot_p95"] else None),
                "profile": self.profile.summary(),
+               "prefix_cache": self._prefix_report(now, first),
                "strategy_file": str(self.path) if self.path else None,
                "loaded_choices": self.loaded,
+               "hot_prefixes": [{"tokens": len(t), "found": c} for c, t in
+                                sorted(self.prefixes.values(), key=lambda e: -e[0])[:4]],
                "batch": self.batch.report()}
         if self.tuner is not None:
             out["kernels"] = self.tuner.report()
         return out
+
+    def _prefix_report(self, now: float, first: dict | None) -> dict | None:
+        if self.pool is None:
+            return None
+        last, evicted = self._prefix_rates(now)
+        p = self.pool
+        f = first.get("prefix_hit") if first else None
+        return {"hit_rate_last_minute": None if last is None else round(last, 4),
+                "hit_rate_since_start": round(p.hits / p.queries, 4) if p.queries else None,
+                "hit_rate_first_minute": None if f is None else round(f, 4),
+                "hit_rate_change": (round(last - f, 4) if last is not None and f is not None
+                                    else None),
+                "evictions_last_minute": evicted}
+
+    @staticmethod
+    def _prefix_words(pc: dict | None) -> str:
+        if not pc or pc["hit_rate_last_minute"] is None:
+            return ""
+        change = pc["hit_rate_change"]
+        return (f"prefix hits {pc['hit_rate_last_minute']:.0%} over the last minute"
+                + (f" ({change * 100:+.0f} points vs the first)" if change is not None else "")
+                + "; ")
 
     def line(self) -> str:
         r = self.report()
@@ -240,6 +340,7 @@ class AdaptiveRuntime:
                 + f", p95 TPOT {r['tpot_p95_s'] * 1e3:.1f} ms; kernels: "
                 f"{k.get('candidates_tried', 0)} tried, {k.get('promoted', 0)} promoted, "
                 f"{k.get('rolled_back', 0)} rolled back, {k.get('refused', 0)} refused; "
+                + self._prefix_words(r.get("prefix_cache")) +
                 f"exploring {k.get('exploration_share', 0):.0%} of steps; "
                 f"batch {r['batch']['max_batch']} (started at {r['batch']['start']})"
                 + (" (frozen)" if r["frozen"] else ""))

@@ -2,7 +2,8 @@
 
 One JSON file per (CPU model and features, model file, Reame version) under the state directory
 (`--adaptive-dir`, default ~/.cache/reame/adaptive): the chosen kernel variant of every class
-that changed, and the scheduler parameters. Written atomically (a temporary file renamed over
+that changed, the scheduler parameters, and the hot prefixes (token ids of the prompt prefixes
+most often found in the prefix cache, computed again at start). Written atomically (a temporary file renamed over
 the old one). At start the file is read back and its choices re-checked like any candidate; a
 file that does not parse, or that was written for another CPU, model or version, is ignored
 with a warning, never trusted.
@@ -58,11 +59,12 @@ def spec_from_json(d: dict) -> KernelSpec:
                       tuple((k, v) for k, v in d["params"]))
 
 
-def save(path: Path, ident: dict, choices: dict[str, KernelSpec], scheduler: dict) -> None:
+def save(path: Path, ident: dict, choices: dict[str, KernelSpec], scheduler: dict,
+         prefixes: list[list[int]] | None = None) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     body = {"format": FORMAT, "identity": ident, "saved_at": time.time(),
             "choices": {k: spec_to_json(s) for k, s in choices.items()},
-            "scheduler": scheduler}
+            "scheduler": scheduler, "prefixes": prefixes or []}
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".strategy-", suffix=".tmp")
     try:
         with os.fdopen(fd, "w") as f:
@@ -77,8 +79,8 @@ def save(path: Path, ident: dict, choices: dict[str, KernelSpec], scheduler: dic
 
 
 def load(path: Path, ident: dict) -> dict | None:
-    """The saved strategy ({"choices": {key: KernelSpec}, "scheduler": {...}}), or None (no
-    file, or one that is corrupt or foreign: logged)."""
+    """The saved strategy ({"choices": {key: KernelSpec}, "scheduler": {...}, "prefixes":
+    [[token id, ...], ...]}), or None (no file, or one that is corrupt or foreign: logged)."""
     try:
         raw = path.read_text()
     except FileNotFoundError:
@@ -98,7 +100,12 @@ def load(path: Path, ident: dict) -> dict | None:
             return None
         choices = {k: spec_from_json(v) for k, v in body["choices"].items()}
         scheduler = dict(body.get("scheduler") or {})
+        prefixes = body.get("prefixes") or []
+        if not (isinstance(prefixes, list) and all(
+                isinstance(p, list) and p and all(isinstance(t, int) and t >= 0 for t in p)
+                for p in prefixes)):
+            raise ValueError("prefixes: lists of token ids expected")
     except (ValueError, KeyError, TypeError, AttributeError) as e:
         log.warning("adaptive: %s is not a valid strategy file (%s): ignored", path, e)
         return None
-    return {"choices": choices, "scheduler": scheduler}
+    return {"choices": choices, "scheduler": scheduler, "prefixes": prefixes}

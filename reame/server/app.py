@@ -372,6 +372,7 @@ def create_app(engine_or_factory, config: ServerConfig | None = None, *, tokeniz
         "reame_adaptive_tpot_p95_seconds": adapt(None, lambda a: a.report()["tpot_p95_s"]),
         "reame_adaptive_tpot_p95_change_ratio": adapt(
             None, lambda a: a.report()["tpot_p95_change"] or 0),
+        "reame_adaptive_max_batch": gauge(lambda s: s.scheduler.params.max_batch),
         "reame_adaptive_prefix_hit_ratio": gauge(
             lambda s: pool(s).hits / pool(s).queries if pool(s).queries else 0),
     })

@@ -75,6 +75,8 @@ SERIES = {
                                         (), None),
     "reame_adaptive_tpot_p95_change_ratio": ("gauge", "p95 decode step time relative to the "
                                              "first minute, minus 1.", (), None),
+    "reame_adaptive_max_batch": ("gauge", "Sequences that may run at once now (the adaptive "
+                                 "batch; the starting one when it does not tune).", (), None),
     "reame_adaptive_prefix_hit_ratio": ("gauge", "Prompt tokens found in the prefix cache over "
                                         "prompt tokens looked up, since start.", (), None),
 }

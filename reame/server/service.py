@@ -108,6 +108,8 @@ class ModelService:
                 a.boot(self.config.adaptive_boot,
                        progress=lambda f: t.update(int(f * 100) - t.done))
         self.scheduler.start()
+        if a is not None:
+            a.warm(self.scheduler)                # the hot prefixes a saved strategy lists
         return self
 
     def stop(self) -> None:

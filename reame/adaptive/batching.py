@@ -29,38 +29,49 @@ admission, so a lower limit takes effect as sequences finish (none is preempted 
 
 from __future__ import annotations
 
+import logging
 import math
 from collections import deque
 from .profile import percentile
 
+log = logging.getLogger("reame.adaptive")
 Z = 2.5                  # standard errors of margin when comparing two levels
+BLOCKS = 8               # blocks of consecutive steps for the standard error
 LEVELS = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256)
 
 
 class LevelStats:
     """One level's recent full steps (generated tokens, seconds) and decode step times."""
 
-    def __init__(self, keep: int = 96):
+    def __init__(self, keep: int = 4096):
         self.full: deque[tuple[int, float]] = deque(maxlen=keep)
-        self.decode_steps: deque[float] = deque(maxlen=256)
+        self.decode_steps: deque[float] = deque(maxlen=512)
 
     @property
     def steps(self) -> int:
         return len(self.full)
 
-    @property
-    def rate(self) -> float:
-        s = sum(x for _, x in self.full)
-        return sum(n for n, _ in self.full) / s if s > 0 else 0.0
-
-    def per_token(self) -> tuple[float, float]:
-        """Mean seconds per generated token over the full steps, and its standard error."""
-        xs = [s / n for n, s in self.full if n > 0]
-        if len(xs) < 2:
+    def per_token(self, last: int) -> tuple[float, float]:
+        """Seconds per generated token over the last `last` full steps (all their seconds over
+        all their tokens: a step heavy with prompt chunks counts for what it cost), and its
+        standard error from BLOCKS consecutive blocks of them (block means absorb the
+        correlation between neighbouring steps)."""
+        xs = list(self.full)[-last:]
+        k = len(xs) // BLOCKS
+        if k < 1:
             return math.inf, math.inf
-        m = sum(xs) / len(xs)
-        var = sum((x - m) ** 2 for x in xs) / (len(xs) - 1)
-        return m, math.sqrt(var / len(xs))
+        blocks = []
+        for b in range(BLOCKS):
+            part = xs[b * k:(b + 1) * k]
+            n = sum(t for t, _ in part)
+            blocks.append(sum(s for _, s in part) / n if n else math.inf)
+        n = sum(t for t, _ in xs)
+        mean = sum(s for _, s in xs) / n if n else math.inf
+        if not all(math.isfinite(b) for b in blocks):
+            return mean, math.inf
+        m = sum(blocks) / BLOCKS
+        var = sum((b - m) ** 2 for b in blocks) / (BLOCKS - 1)
+        return mean, math.sqrt(var / BLOCKS)
 
     @property
     def tpot_p95(self) -> float:
@@ -83,9 +94,18 @@ class BatchTuner:
         self._probe_from = 0                      # the limit before the probe
         self._probe_started = 0                   # step the probe began
         self._settled = 0                         # full steps seen at the probed level
+        self.cycle = 0                            # typical tokens a sequence generates
         self.refused: dict[int, int] = {}         # level -> step it was refused at
         self.history: list[tuple[int, int, str]] = []   # (step, level, what happened)
         self.probes = self.kept = self.reverted = self.guarded = 0
+
+    @property
+    def span(self) -> tuple[int, int]:
+        """(steps to settle after a change, full steps to measure a level): at least one
+        generation's length to settle and two to measure, so that a measurement covers the
+        steady mix of decoding and admitting (right after a bigger batch fills, every
+        sequence is decoding and none finishing: faster than it will stay)."""
+        return max(self.settle, self.cycle), max(self.window, 2 * self.cycle)
 
     def rebase(self, level: int) -> None:
         """A new starting level (a saved strategy): measured afresh from there."""
@@ -111,12 +131,13 @@ class BatchTuner:
             self.base.decode_steps.append(seconds)
         if full:
             self.base.full.append((n_sampled, seconds))
+        settle, window = self.span
         if (limit > self.start and len(self.base.decode_steps) >= self.window
                 and self.base.tpot_p95 > self.tpot_limit):
             self._step_down(f"p95 decode step {self.base.tpot_p95:.3f} s over the "
                             f"{self.tpot_limit:.3f} s limit")
             return
-        if self.base.steps >= self.window:
+        if self.base.steps >= window:
             nxt = self._next(limit)
             if nxt is not None:
                 self._start_probe(limit, nxt)
@@ -139,32 +160,33 @@ class BatchTuner:
         self._probe_from, self._probe_started, self._settled = limit, self.steps, 0
         self.params.max_batch = level
         self.probes += 1
-        self.history.append((self.steps, level, "probe"))
+        self._event(level, "probe")
 
     def _probing(self, n_sampled: int, seconds: float, decode_only: bool, full: bool) -> None:
         p = self.probe
-        if self.steps - self._probe_started > self.patience:
+        if self.steps - self._probe_started > self.patience + sum(self.span):
             self._end_probe(keep=False, why="the batch did not fill")
             return
         if not full:
             return
         self._settled += 1
-        if self._settled <= self.settle:          # new sequences still computing prompts
+        settle, window = self.span
+        if self._settled <= settle:               # the bigger batch filling and mixing
             return
         p.full.append((n_sampled, seconds))
         if decode_only:
             p.decode_steps.append(seconds)
-        if p.steps < self.window:
+        if p.steps < window:
             return
         # confidently faster: the probe's time per token, plus Z standard errors of the
         # difference, is still min_gain below the current level's
-        mb, sb = self.base.per_token()
-        mp, sp = p.per_token()
+        mb, sb = self.base.per_token(window)
+        mp, sp = p.per_token(window)
         faster = mp + Z * math.hypot(sb, sp) <= mb * (1 - self.min_gain)
         within = not p.decode_steps or p.tpot_p95 <= self.tpot_limit
         self._end_probe(keep=faster and within,
-                        why=(f"{p.rate / self.base.rate:.3f}x the tokens/s of "
-                             f"{self._probe_from}" if self.base.rate else "")
+                        why=(f"{mb / mp:.3f}x the tokens/s of {self._probe_from}"
+                             if mp > 0 and math.isfinite(mb) else "")
                         + ("" if within else f", p95 decode step {p.tpot_p95:.3f} s over "
                                              f"the limit"))
 
@@ -174,14 +196,13 @@ class BatchTuner:
         if keep:
             self.base = p
             self.kept += 1
-            self.history.append((self.steps, level, f"kept: {why}"))
+            self._event(level, f"kept: {why}")
         else:
             self.params.max_batch = self._probe_from
             self.refused[level] = self.steps
             self.reverted += 1
-            self.history.append((self.steps, level, f"reverted: {why}"))
+            self._event(level, f"reverted: {why}")
             self.base = LevelStats()              # measure the current level afresh
-        self.history = self.history[-50:]
 
     def _step_down(self, why: str) -> None:
         limit = self.params.max_batch
@@ -189,14 +210,20 @@ class BatchTuner:
         self.params.max_batch = lower
         self.refused[limit] = self.steps
         self.guarded += 1
-        self.history.append((self.steps, lower, f"down from {limit}: {why}"))
+        self._event(lower, f"down from {limit}: {why}")
         self.base = LevelStats()
+
+    def _event(self, level: int, what: str) -> None:
+        log.info("adaptive: batch %d: %s", level, what)
+        self.history = (self.history + [(self.steps, level, what)])[-50:]
 
     def report(self) -> dict:
         return {"max_batch": self.params.max_batch, "start": self.start, "slots": self.slots,
                 "tpot_limit_s": self.tpot_limit,
                 "probing": None if self.probe is None else self.params.max_batch,
-                "tok_s_at_limit": round(self.base.rate, 2),
+                "tok_s_at_limit": (round(1 / self.base.per_token(self.span[1])[0], 2)
+                                   if self.base.steps >= 2 * BLOCKS else None),
+                "cycle_tokens": self.cycle,
                 "probes": self.probes, "kept": self.kept, "reverted": self.reverted,
                 "stepped_down": self.guarded,
                 "history": [{"step": s, "max_batch": lv, "event": e}

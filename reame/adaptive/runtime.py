@@ -170,6 +170,9 @@ class AdaptiveRuntime:
         now = time.monotonic()
         decode_only = all(w.n == 1 for w in plan.work)
         self.profile.step(len(plan.batch), n_sampled, now - self._t_step, decode_only, now)
+        if self.profile.outputs and self.batch.steps % 64 == 0:   # a generation's length
+            from .profile import percentile
+            self.batch.cycle = int(percentile(self.profile.outputs, 0.5))
         self.batch.observe(n_sampled, now - self._t_step, decode_only, running, waiting)
         self._track_prefixes(plan)
         if self.tuner is not None:

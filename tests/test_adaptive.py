@@ -261,7 +261,7 @@ def test_strategy_round_trip_and_bad_files(model, tmp_path, caplog):
         rt.path.write_text(bad)
         rt3 = AdaptiveRuntime(engine(model), SchedulerParams(max_batch=4), state_dir=tmp_path)
         with caplog.at_level("WARNING", logger="reame.adaptive"):
-            assert rt3.load() == 0
+            assert rt3.load() is None
         assert "ignored" in caplog.text
         caplog.clear()
 
@@ -352,7 +352,9 @@ def test_saved_parameters_never_exceed_this_servers_limits(model, tmp_path):
     store.save(rt.path, rt.ident, {}, {"max_batch": 16, "token_budget": 128,
                                        "prefill_chunk": 64})
     params = SchedulerParams(max_batch=4)
-    AdaptiveRuntime(eng, params, state_dir=tmp_path).load()
+    # a strategy with no kernel choice is still a strategy (0, not None: no start-up
+    # benchmark again; catches a server that re-runs it whenever nothing was promoted)
+    assert AdaptiveRuntime(eng, params, state_dir=tmp_path).load() == 0
     assert (params.max_batch, params.token_budget, params.prefill_chunk) == (4, 128, 64)
     store.save(rt.path, rt.ident, {}, {"token_budget": 10**6, "max_batch": True})
     params = SchedulerParams(max_batch=4)
@@ -458,4 +460,4 @@ def test_hot_prefixes_are_saved_and_computed_again_at_start(model, tmp_path):
     body = json.loads(rt.path.read_text())
     rt.path.write_text(json.dumps({**body, "prefixes": [[-1]]}))   # nonsense: ignored
     assert AdaptiveRuntime(engine(model), SchedulerParams(max_batch=4),
-                           state_dir=tmp_path).load() == 0
+                           state_dir=tmp_path).load() is None

@@ -65,13 +65,14 @@ class AdaptiveRuntime:
 
     # ---- start ----
 
-    def load(self) -> int:
-        """Apply a saved strategy for this CPU, model and version; returns the choices applied."""
+    def load(self) -> int | None:
+        """Apply a saved strategy for this CPU, model and version; returns the kernel choices
+        applied (0: the saved strategy kept the start-up choices), None when there is none."""
         if self.path is None:
-            return 0
+            return None
         saved = store.load(self.path, self.ident)
         if not saved:
-            return 0
+            return None
         self.loaded = self.tuner.apply_choices(saved["choices"])
         self._load_params(saved["scheduler"])
         n_vocab = self.engine.config.n_vocab

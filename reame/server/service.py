@@ -102,7 +102,7 @@ class ModelService:
         else the start-up micro-benchmark (time-boxed; its choices are what --adaptive off
         keeps); then the engine thread."""
         a = self.adaptive
-        if a is not None and not a.load() and self.config.adaptive_boot > 0:
+        if a is not None and a.load() is None and self.config.adaptive_boot > 0:
             from .. import progress
             with progress.task("start-up kernel benchmark", total=100, unit="%") as t:
                 a.boot(self.config.adaptive_boot,

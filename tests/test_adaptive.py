@@ -284,13 +284,18 @@ def test_report_counts_match_what_happened(model, tmp_path):
     assert "kernels:" in rt.line() and "tok/s" in rt.line()
 
 
+def shared_prefix_prompts(model, seed: int, n: int, tail: int, length: int = 40):
+    """A random `length`-token prefix and n prompts made of it plus `tail` random tokens."""
+    rng = np.random.default_rng(seed)
+    prefix = [int(t) for t in rng.integers(10, model.config.n_vocab, length)]
+    return prefix, [prefix + [int(t) for t in rng.integers(10, model.config.n_vocab, tail)]
+                    for _ in range(n)]
+
+
 def test_report_prefix_hit_rate_is_counted_truth(model, tmp_path):
     """The report's prefix-cache hit rate equals the prompt tokens the planner took from the
     cache over those it looked up (catches: a rate from the wrong counters, or a constant)."""
-    rng = np.random.default_rng(5)
-    prefix = [int(t) for t in rng.integers(10, model.config.n_vocab, 40)]
-    prompts = [prefix + [int(t) for t in rng.integers(10, model.config.n_vocab, 8)]
-               for _ in range(3)]
+    prefix, prompts = shared_prefix_prompts(model, seed=5, n=3, tail=8)
     eng = engine(model)
     params = SchedulerParams(max_batch=4)
     rt = AdaptiveRuntime(eng, params, state_dir=tmp_path)
@@ -428,10 +433,7 @@ def test_hot_prefixes_are_saved_and_computed_again_at_start(model, tmp_path):
     """Prompts sharing a 40-token prefix (2 blocks of 16) find it cached; the runtime saves it
     as a hot prefix, and a restarted server computes it before the first request, which then
     finds it cached (catches: a strategy without prefixes, or prefixes never computed)."""
-    rng = np.random.default_rng(3)
-    prefix = [int(t) for t in rng.integers(10, model.config.n_vocab, 40)]
-    prompts = [prefix + [int(t) for t in rng.integers(10, model.config.n_vocab, 5)]
-               for _ in range(5)]
+    prefix, prompts = shared_prefix_prompts(model, seed=3, n=5, tail=5)
     eng = engine(model)
     params = SchedulerParams(max_batch=4)
     rt = AdaptiveRuntime(eng, params, state_dir=tmp_path)

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from . import store
 from .batching import BatchTuner
-from .profile import RequestProfile
+from .profile import RequestProfile, percentile
 from .tuner import KernelTuner
 
 log = logging.getLogger("reame.adaptive")
@@ -172,7 +172,6 @@ class AdaptiveRuntime:
         decode_only = all(w.n == 1 for w in plan.work)
         self.profile.step(len(plan.batch), n_sampled, now - self._t_step, decode_only, now)
         if self.profile.outputs and self.batch.steps % 64 == 0:   # a generation's length
-            from .profile import percentile
             self.batch.cycle = int(percentile(self.profile.outputs, 0.5))
         self.batch.observe(n_sampled, now - self._t_step, decode_only, running, waiting)
         self._track_prefixes(plan)

@@ -156,6 +156,10 @@ class Program:
         if ops:                       # a step returns when its last op is complete
             w[PROGRAM_HEADER + OP_WORDS * (len(ops) - 1) + 2] |= FLAG_WAIT
 
+    def point_at(self, table_ptr: int, n_slots: int) -> None:
+        """The dispatch table moved (it grew): read it from its new place."""
+        self.words[1], self.words[3] = table_ptr, n_slots
+
     def set_stats(self, stats: np.ndarray | None) -> None:
         self.words[4] = 0 if stats is None else stats.ctypes.data
 

@@ -51,11 +51,16 @@ def check_counts(lo: int, hi: int) -> tuple[int, ...]:
 
 
 class DispatchTable:
-    def __init__(self, capacity: int = 4096):
+    """Slots grow with the model: when `add` finds the table full it doubles its capacity and
+    re-points every program attached to it (`attach`), so a table may only grow between steps
+    (slots are added while programs are built, at load)."""
+
+    def __init__(self, capacity: int = 1024):
         self.capacity = capacity
         self.fns = aligned_zeros(2 * capacity)       # [2][capacity] kernel addresses
         self.active = aligned_zeros(8)                # word 0: index of the live copy
         self.stats = aligned_zeros(2 * capacity).reshape(capacity, 2)   # calls, cycles
+        self.programs: list = []                      # codegen.runtime.Program reading this table
         self.slots: list[Slot] = []
         self.by_name: dict[str, Slot] = {}
         self._lock = threading.Lock()
@@ -71,12 +76,29 @@ class DispatchTable:
             if name in self.by_name:
                 return self.by_name[name].index
             if len(self.slots) == self.capacity:
-                raise RuntimeError("dispatch table is full")
+                self._grow(2 * self.capacity)
             s = Slot(len(self.slots), name, kernel, verified={kernel.symbol}, counts=tuple(counts))
             self.slots.append(s)
             self.by_name[name] = s
             self.fns[s.index] = self.fns[self.capacity + s.index] = kernel.address
             return s.index
+
+    def _grow(self, capacity: int) -> None:
+        """Move the table to `capacity` slots (both copies, the statistics) and re-point the
+        attached programs at it."""
+        n, old = len(self.slots), self.capacity
+        fns = aligned_zeros(2 * capacity)
+        fns[:n] = self.fns[:n]
+        fns[capacity:capacity + n] = self.fns[old:old + n]
+        stats = aligned_zeros(2 * capacity).reshape(capacity, 2)
+        stats[:n] = self.stats[:n]
+        self.fns, self.stats, self.capacity = fns, stats, capacity
+        for p in self.programs:
+            p.point_at(self.table_ptr, capacity)
+
+    def attach(self, program) -> None:
+        """A program whose ops call through this table (re-pointed when the table grows)."""
+        self.programs.append(program)
 
     @property
     def table_ptr(self) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 from .errors import ReameError
 from .kv_cache import DEFAULT_BLOCK_SIZE, DEFAULT_MAX_CTX, bytes_per_token
@@ -30,6 +31,10 @@ def create_engine(model, name: str = DEFAULT_ENGINE, *, n_ctx: int | None = None
     if act_type not in ACT_TYPES:
         raise ReameError(f"unknown activation type {act_type!r} (choose from: {', '.join(ACT_TYPES)})")
     n_ctx = n_ctx or min(model.config.n_ctx_train, DEFAULT_MAX_CTX)
+    c = model.config
+    per_block = block_size * bytes_per_token(c.n_layer, c.n_head_kv, c.head_dim, c.head_dim_v,
+                                             kv_type)
+    check_fits(model, (kv_blocks or max_seqs * -(-n_ctx // block_size)) * per_block)
     if name == "reference":
         from .jit.engine import Q8K_MIN_TOKENS
         from .reference import ReferenceEngine
@@ -45,16 +50,49 @@ def create_engine(model, name: str = DEFAULT_ENGINE, *, n_ctx: int | None = None
 KV_MEMORY_SHARE = 0.25      # of the available memory, at most, for the default KV pool
 
 
-def available_memory() -> int:
-    """Bytes the system can give without swapping (MemAvailable), or the physical memory."""
+def available_memory(cgroup: str = "/sys/fs/cgroup") -> int:
+    """Bytes this process can use without swapping: the system's MemAvailable (free memory and
+    reclaimable caches, the model file's cached pages among them), or the physical memory,
+    lowered to what the container's cgroup (v2 memory.max, v1 memory.limit_in_bytes) leaves."""
+    avail = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     try:
         with open("/proc/meminfo") as f:
             for line in f:
                 if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
+                    avail = int(line.split()[1]) * 1024
     except OSError:
         pass
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    for d, limit, usage, cache in ((cgroup, "memory.max", "memory.current", "file"),
+                                   (f"{cgroup}/memory", "memory.limit_in_bytes",
+                                    "memory.usage_in_bytes", "cache")):
+        try:
+            text = Path(d, limit).read_text().strip()
+            if text == "max" or int(text) >= 2**60:
+                continue
+            used = int(Path(d, usage).read_text())
+            for line in Path(d, "memory.stat").read_text().splitlines():
+                key, _, value = line.partition(" ")
+                if key == cache:                   # page cache: reclaimable within the limit
+                    used -= int(value)
+            avail = min(avail, max(0, int(text) - used))
+            break
+        except (OSError, ValueError):
+            continue
+    return avail
+
+
+def check_fits(model, kv_bytes: int) -> None:
+    """Refuse, before anything is allocated or compiled, a model whose weights and KV cache do
+    not fit in the memory available (one line naming what it needs)."""
+    weights = sum(t.data.nbytes for t in model.tensors.values())
+    need, avail = weights + kv_bytes, available_memory()
+    if need > avail:
+        gib = 2**30
+        raise ReameError(
+            f"{os.path.basename(model.path)} needs {need / gib:.1f} GiB of memory (weights "
+            f"{weights / gib:.1f} GiB + KV cache {kv_bytes / gib:.1f} GiB) but "
+            f"{avail / gib:.1f} GiB is available: use a smaller quantisation, or a smaller "
+            f"--ctx-size / --kv-cache-mb")
 
 
 def kv_budget(config, n_ctx: int, max_seqs: int, kv_type: str = "f32",

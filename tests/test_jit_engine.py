@@ -375,3 +375,67 @@ def test_q8k_decode_and_batches_match_the_oracle(q4km_model, q8k_min_tokens):
             pos[0] += 1
     finally:
         eng.close()
+
+
+def test_a_64_layer_model_loads_and_generates(synth_dir):
+    """~5,800 op sites: the dispatch table grows while the step programs are built (it starts at
+    1,024 slots) and re-points the programs already built. Catches a fixed-capacity table ("dispatch
+    table is full"), a table that grows without re-pointing earlier programs (the decode program
+    is built first and would call through freed memory), and one that copies only the live copy
+    of the table (the forced swap below would then call address 0)."""
+    model = load_model(synth_model(synth_dir, "tiny-llama", "Q8_0", n_layer=64))
+    assert model.config.n_layer == 64
+    toks = [1, 50, 60, 70, 80, 90, 100, 110, 120, 130, 140, 150]
+    ref = ReferenceEngine(model, n_ctx=64, max_seqs=1, act_quant=True,
+                          q8k_min_tokens=Q8K_MIN_TOKENS)
+    want = ref.forward(Batch.prefill(toks, 0, 0, all_logits=True))
+    eng = JITEngine(model, n_ctx=64, max_seqs=2, threads=2)
+
+    def decode(slot):             # one token at a time: the decode program, built first
+        return np.stack([eng.forward(Batch.decode([t], [p], [slot]))[0]
+                         for p, t in enumerate(toks)])
+    try:
+        assert len(eng.table.slots) > 4096 and eng.table.capacity >= len(eng.table.slots)
+        for got in (eng.forward(Batch.prefill(toks, 0, 0, all_logits=True)), decode(1)):
+            # 64 layers of 8-bit activation rounding: compare where the top-2 gap is clear
+            assert _cos(want, got).min() >= 0.999
+            top2 = np.sort(want, -1)[:, -2:]
+            clear = top2[:, 1] - top2[:, 0] > 0.05
+            assert clear.sum() >= 8 and (want.argmax(-1) == got.argmax(-1))[clear].all()
+        before = decode(1)
+        eng.table._dirty = True                  # a swap to the other copy of the table
+        assert eng.table.commit()
+        np.testing.assert_array_equal(decode(1), before)
+    finally:
+        eng.close()
+
+
+def test_a_model_that_does_not_fit_is_refused_in_one_line(synth_dir, monkeypatch):
+    """Weights + KV cache above the available memory: a one-line error naming the memory needed,
+    raised before anything is compiled. Catches a check that forgets the KV cache (the weights
+    alone fit here) and a model that is loaded anyway and dies later from the OOM killer."""
+    from reame import engines
+    from reame.errors import ReameError
+    model = load_model(synth_model(synth_dir, "tiny-llama", "Q8_0"))
+    weights = sum(t.data.nbytes for t in model.tensors.values())
+    monkeypatch.setattr(engines, "available_memory", lambda: weights + 2**20)
+    monkeypatch.setattr(JITEngine, "__init__", lambda *a, **k: pytest.fail("built anyway"))
+    with pytest.raises(ReameError) as e:
+        engines.create_engine(model, "jit", n_ctx=512, max_seqs=8)   # 8 x 2 MiB of KV
+    msg = str(e.value)
+    assert "\n" not in msg and "needs" in msg and "GiB" in msg and "KV cache" in msg
+    # a KV cache that fits with the weights: no refusal
+    monkeypatch.undo()
+    monkeypatch.setattr(engines, "available_memory", lambda: weights + 2**30)
+    engines.create_engine(model, "reference", n_ctx=512, max_seqs=8)
+
+
+def test_available_memory_reads_the_cgroup_limit(tmp_path):
+    """A container's limit (cgroup v2) lowers what the host reports; page cache counts as free."""
+    from reame.engines import available_memory
+    (tmp_path / "memory.max").write_text(f"{2 * 2**30}\n")
+    (tmp_path / "memory.current").write_text(f"{int(1.5 * 2**30)}\n")
+    (tmp_path / "memory.stat").write_text(f"anon 123\nfile {2**30}\nkernel 5\n")
+    assert available_memory(str(tmp_path)) == int(1.5 * 2**30)
+    (tmp_path / "memory.max").write_text("max\n")
+    assert available_memory(str(tmp_path)) > 2 * 2**30 or available_memory() < 2 * 2**30

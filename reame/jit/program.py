@@ -98,6 +98,7 @@ class ProgramBuilder:
         prog = Program(self.table.table_ptr, self.table.active_ptr, self.table.capacity,
                        [(slot, base + 8 * off, bar, slices)
                         for (slot, _, bar, slices), off in zip(self.ops, offsets)])
+        self.table.attach(prog)
         dyn_arrays = {k: (np.asarray(i, np.int64), np.asarray(f, np.int64))
                       for k, (i, f) in dyn.items()}
         return StepProgram(prog, block, dyn_arrays, keep, [s for s, _, _, _ in self.ops])

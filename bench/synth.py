@@ -94,8 +94,8 @@ SHAPES: dict[str, Shape] = {
 # --------------------------------------------------------------------------------------------
 
 SINGLE_TYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1",
-                "Q4_K", "Q5_K", "Q6_K")
-MIXES: tuple[str, ...] = SINGLE_TYPES + ("Q4_K_M",)
+                "Q4_K", "Q5_K", "Q6_K", "Q2_K", "Q3_K", "IQ4_NL", "IQ4_XS")
+MIXES: tuple[str, ...] = SINGLE_TYPES + ("Q4_K_M", "Q3_K_M")
 
 FILE_TYPES = {
     "F32": LlamaFileType.ALL_F32, "F16": LlamaFileType.MOSTLY_F16,
@@ -105,12 +105,17 @@ FILE_TYPES = {
     "Q5_1": LlamaFileType.MOSTLY_Q5_1, "Q4_K": LlamaFileType.MOSTLY_Q4_K_S,
     "Q5_K": LlamaFileType.MOSTLY_Q5_K_S, "Q6_K": LlamaFileType.MOSTLY_Q6_K,
     "Q4_K_M": LlamaFileType.MOSTLY_Q4_K_M,
+    "Q2_K": LlamaFileType.MOSTLY_Q2_K, "Q3_K": LlamaFileType.MOSTLY_Q3_K_S,
+    "IQ4_NL": LlamaFileType.MOSTLY_IQ4_NL, "IQ4_XS": LlamaFileType.MOSTLY_IQ4_XS,
+    "Q3_K_M": LlamaFileType.MOSTLY_Q3_K_M,
 }
 
 # llama.cpp (llama_tensor_get_type): a K type whose row length is not a multiple of 256
-FALLBACK = {"Q4_K": "Q5_0", "Q5_K": "Q5_1", "Q6_K": "Q8_0"}
+FALLBACK = {"Q4_K": "Q5_0", "Q5_K": "Q5_1", "Q6_K": "Q8_0",
+            "Q2_K": "IQ4_NL", "Q3_K": "IQ4_NL", "IQ4_XS": "IQ4_NL"}
 GGUF_QUANTIZABLE = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1")
 K_TYPES = ("Q4_K", "Q5_K", "Q6_K")
+LOW_BIT_TYPES = ("Q2_K", "Q3_K", "IQ4_NL", "IQ4_XS")     # random blocks (_low_bit_blocks)
 
 
 def use_more_bits(i_layer: int, n_layer: int) -> bool:
@@ -123,10 +128,20 @@ def _wanted_type(mix: str, name: str, row_len: int, tied: bool, n_layer: int) ->
     """The type the mix gives a 2-D weight, before the block-size fallback."""
     if mix in SINGLE_TYPES:
         return mix
-    if mix != "Q4_K_M":
+    if mix not in ("Q4_K_M", "Q3_K_M"):
         raise ValueError(f"unknown mix {mix!r} (known: {', '.join(MIXES)})")
     if name == "output.weight" or (tied and name == "token_embd.weight"):
         return "Q8_0" if row_len % 256 else "Q6_K"       # llama.cpp's output rule
+    if mix == "Q3_K_M":                  # llama_tensor_get_type for LLAMA_FTYPE_MOSTLY_Q3_K_M
+        if name.startswith("blk."):
+            il = int(name.split(".")[1])
+            if name.endswith("attn_v.weight"):
+                return "Q5_K" if il < 2 else "Q4_K"
+            if name.endswith("ffn_down.weight"):
+                return "Q5_K" if il < n_layer // 16 else "Q4_K"
+            if name.endswith("attn_output.weight"):
+                return "Q4_K"
+        return "Q3_K"
     if name.startswith("blk.") and name.endswith(("attn_v.weight", "ffn_down.weight")):
         return "Q6_K" if use_more_bits(int(name.split(".")[1]), n_layer) else "Q4_K"
     return "Q4_K"
@@ -273,6 +288,62 @@ def _k_blocks(rng: np.random.Generator, type_name: str, n_blocks: int, std: floa
     return b
 
 
+IQ4_LEVELS = np.array((-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113),
+                      np.float64)
+
+
+def _signed_6bit_scales(rng: np.random.Generator, shape) -> np.ndarray:
+    """Sub-block scales of Q3_K / IQ4_XS as stored (value + 32, 0..63): magnitude [8, 31], random
+    sign."""
+    mag = rng.integers(8, 32, shape)
+    return (mag * (rng.integers(0, 2, shape) * 2 - 1) + 32).astype(np.uint8)
+
+
+def _low_bit_blocks(rng: np.random.Generator, type_name: str, n_blocks: int,
+                    std: float) -> np.ndarray:
+    """Random, valid Q2_K / Q3_K / IQ4_NL / IQ4_XS blocks whose values have about `std`: random
+    quant bits, sub-block scales of sane magnitude, a positive f16 super-block scale d sized for
+    the target std (times a per-block factor in [0.75, 1.25])."""
+    size = GGML_QUANT_SIZES[GGMLQuantizationType[type_name]][1]
+    b = np.frombuffer(rng.bytes(n_blocks * size), dtype=np.uint8).reshape(n_blocks, size).copy()
+    jitter = rng.uniform(0.75, 1.25, n_blocks)
+    f16 = lambda x: x.astype(np.float16).view(np.uint8).reshape(n_blocks, 2)   # noqa: E731
+    rms_signed = math.sqrt(np.mean(np.arange(8, 32) ** 2))
+    if type_name == "Q2_K":        # scales[16] (sc | m << 4) | qs[64] | d | dmin; q in 0..3
+        sc = rng.integers(8, 16, (n_blocks, 16))
+        d = (std / (math.sqrt(15 / 12) * math.sqrt(np.mean(np.arange(8, 16) ** 2))) * jitter)
+        d = d.astype(np.float16)
+        dmin = (d.astype(np.float32) * 1.5).astype(np.float16)        # zero-mean sub-blocks
+        m = np.clip(np.rint(sc * (d.astype(np.float32) * 1.5 / dmin.astype(np.float32))[:, None]),
+                    0, 15).astype(np.uint8)
+        b[:, 0:16] = sc.astype(np.uint8) | (m << 4)
+        b[:, 80:82], b[:, 82:84] = f16(d), f16(dmin)
+    elif type_name == "Q3_K":      # hmask[32] | qs[64] | scales[12] | d; q in -4..3
+        u = _signed_6bit_scales(rng, (n_blocks, 16))
+        sc = np.zeros((n_blocks, 12), np.uint8)
+        sc[:, 0:8] = (u[:, 0:8] & 15) | ((u[:, 8:16] & 15) << 4)
+        for s in range(16):
+            sc[:, 8 + s % 4] |= ((u[:, s] >> 4) & 3) << (2 * (s // 4))
+        b[:, 96:108] = sc
+        d = (std / (math.sqrt(63 / 12) * rms_signed) * jitter).astype(np.float16)
+        b[:, 108:110] = f16(d)
+    elif type_name == "IQ4_NL":    # d | qs[16]
+        d = (std / math.sqrt(np.mean(IQ4_LEVELS ** 2)) * jitter).astype(np.float16)
+        b[:, 0:2] = f16(d)
+    elif type_name == "IQ4_XS":    # d | scales_h u16 | scales_l[4] | qs[128]
+        u = _signed_6bit_scales(rng, (n_blocks, 8))
+        b[:, 4:8] = (u[:, 0::2] & 15) | ((u[:, 1::2] & 15) << 4)
+        h = np.zeros(n_blocks, np.uint16)
+        for j in range(8):
+            h |= ((u[:, j] >> 4) & 3).astype(np.uint16) << (2 * j)
+        b[:, 2:4] = h.view(np.uint8).reshape(n_blocks, 2)
+        d = (std / (math.sqrt(np.mean(IQ4_LEVELS ** 2)) * rms_signed) * jitter)
+        b[:, 0:2] = f16(d.astype(np.float16))
+    else:
+        raise ValueError(type_name)
+    return b
+
+
 def tensor_data(p: TensorPlan, seed: int) -> np.ndarray:
     """The raw bytes (uint8, length p.nbytes) of one planned tensor."""
     rng = _rng(seed, p.name)
@@ -283,6 +354,9 @@ def tensor_data(p: TensorPlan, seed: int) -> np.ndarray:
         return np.frombuffer(rng.bytes(p.nbytes), dtype=np.uint8).copy()
     if p.type in K_TYPES:
         out = _k_blocks(rng, p.type, p.n_elements // 256, p.std).reshape(-1)
+    elif p.type in LOW_BIT_TYPES:
+        block = GGML_QUANT_SIZES[qtype][0]
+        out = _low_bit_blocks(rng, p.type, p.n_elements // block, p.std).reshape(-1)
     elif p.type in GGUF_QUANTIZABLE:
         out = np.empty(p.nbytes, dtype=np.uint8)
         row_bytes = p.nbytes // n_rows
@@ -305,7 +379,7 @@ def tensor_data(p: TensorPlan, seed: int) -> np.ndarray:
 def check_data(p: TensorPlan, data: np.ndarray, rows: int = 64) -> None:
     """Dequantise the first rows of a tensor: finite and with a std near the planned one."""
     block = GGML_QUANT_SIZES[GGMLQuantizationType[p.type]][0]
-    if p.type not in GGUF_QUANTIZABLE + K_TYPES or p.shape[0] % block:
+    if p.type not in GGUF_QUANTIZABLE + K_TYPES + LOW_BIT_TYPES or p.shape[0] % block:
         return
     row_bytes = p.nbytes // (p.n_elements // p.shape[0])
     n = min(rows, p.n_elements // p.shape[0])

@@ -94,12 +94,12 @@ class ReferenceEngine:
         # act_quant: round the input of every quantised-weight product through Q8A, as the JIT's
         # integer-dot kernels (and llama.cpp's) do; the oracle for that path
         self.act_quant = {name for name, t in model.tensors.items()
-                          if act_quant and t.type.quantized and t.shape[0] % 32 == 0}
+                          if act_quant and t.type.int_dot and t.shape[0] % 32 == 0}
         # ... and through Q8K instead (one scale per 256 values) for K-quant weights in steps of
         # >= q8k_min_tokens tokens, as the JIT engine does with the same setting (matmul_q8k)
         self.q8k_min_tokens = q8k_min_tokens
         self.act_q8k = {name for name in self.act_quant
-                        if model.tensors[name].type.name in ("Q4_K", "Q5_K", "Q6_K")
+                        if model.tensors[name].type.q8k
                         and model.tensors[name].shape[0] % 256 == 0}
         self._step_tokens = 0
 

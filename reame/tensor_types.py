@@ -21,6 +21,8 @@ class TensorType:
     block_size: int                  # elements per block
     type_size: int                   # bytes per block
     quantized: bool                  # True for block-quantised types
+    int_dot: bool = False            # integer-dot kernels on 8-bit activations (Q8A) exist
+    q8k: bool = False                # ...and on Q8K activations (one f32 scale per 256)
 
     def row_bytes(self, n: int) -> int:
         """Bytes of one row of `n` elements (n must be a multiple of block_size)."""
@@ -31,24 +33,29 @@ class TensorType:
         return np.asarray(_quants.dequantize(data, self.ggml), dtype=np.float32)
 
 
-def _row(name: str, quantized: bool) -> TensorType:
+def _row(name: str, quantized: bool, int_dot: bool = False, q8k: bool = False) -> TensorType:
     ggml = GGMLQuantizationType[name]
     block, size = GGML_QUANT_SIZES[ggml]
-    return TensorType(name, ggml, block, size, quantized)
+    return TensorType(name, ggml, block, size, quantized, int_dot, q8k)
 
 
 TENSOR_TYPES: dict[str, TensorType] = {t.name: t for t in (
     _row("F32", False),
     _row("F16", False),
     _row("BF16", False),
-    _row("Q8_0", True),
-    _row("Q4_0", True),
-    _row("Q4_1", True),
-    _row("Q5_0", True),
-    _row("Q5_1", True),
-    _row("Q4_K", True),
-    _row("Q5_K", True),
-    _row("Q6_K", True),
+    _row("Q8_0", True, int_dot=True),
+    _row("Q4_0", True, int_dot=True),
+    _row("Q4_1", True, int_dot=True),
+    _row("Q5_0", True, int_dot=True),
+    _row("Q5_1", True, int_dot=True),
+    _row("Q4_K", True, int_dot=True, q8k=True),
+    _row("Q5_K", True, int_dot=True, q8k=True),
+    _row("Q6_K", True, int_dot=True, q8k=True),
+    # float path only so far (weights dequantised in registers, f32 activations)
+    _row("Q2_K", True),
+    _row("Q3_K", True),
+    _row("IQ4_NL", True),
+    _row("IQ4_XS", True),
 )}
 
 BY_GGML: dict[int, TensorType] = {int(t.ggml): t for t in TENSOR_TYPES.values()}

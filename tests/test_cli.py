@@ -98,9 +98,9 @@ def bad_models(tmp_path_factory):
                            "missing tensor blk.1.ffn_up.weight"),
         "unsupported-arch": (write_model(d / "gpt2.gguf", "tiny-llama", vocab="none",
                                          arch="gpt2"), "unsupported architecture 'gpt2'"),
-        "unsupported-type": (write_model(d / "q2k.gguf", "tiny-llama", "Q8_0", vocab="none",
-                                         type_overrides={"blk.0.attn_q.weight": "Q2_K"}),
-                             "Q2_K"),
+        "unsupported-type": (write_model(d / "iq2.gguf", "tiny-llama", "Q8_0", vocab="none",
+                                         type_overrides={"blk.0.attn_q.weight": "IQ2_XXS"}),
+                             "IQ2_XXS"),
         "missing-file": (d / "nope.gguf", "No such file"),
     }
 

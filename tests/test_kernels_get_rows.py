@@ -10,6 +10,7 @@ import pytest
 from reame.codegen.isa import detect
 from reame.codegen.kernels import build, pack_args
 from reame.codegen.registry import get_op
+from reame.tensor_types import TENSOR_TYPES
 from reame.codegen.spec import KernelSpec
 
 OP = get_op("get_rows")
@@ -18,7 +19,7 @@ LEVELS = [ISA.level] + [lv for lv in ("avx2", "generic") if ISA.has(lv) and lv !
 
 
 def k_for(dtype: str) -> int:
-    return {"F32": 77, "F16": 77, "BF16": 77}.get(dtype, 512 if dtype.endswith("_K") else 96)
+    return {"F32": 77, "F16": 77, "BF16": 77}.get(dtype, 512 if TENSOR_TYPES[dtype].block_size == 256 else 96)
 
 
 def _grid():

@@ -19,6 +19,7 @@ import pytest
 from reame.codegen.isa import detect
 from reame.codegen.kernels import build
 from reame.codegen.registry import get_op
+from reame.tensor_types import TENSOR_TYPES
 
 OP = get_op("matmul")
 ISA = detect()
@@ -30,7 +31,7 @@ GUARD = np.float32(7.25)
 
 
 def k_for(dtype: str) -> int:
-    return {"F32": 300, "F16": 300, "BF16": 300}.get(dtype, 512 if dtype.endswith("_K") else 320)
+    return {"F32": 300, "F16": 300, "BF16": 300}.get(dtype, 512 if TENSOR_TYPES[dtype].block_size == 256 else 320)
 
 
 def _grid():

@@ -99,7 +99,7 @@ def test_bad_alignment(tmp_path, align):
 
 # ---- tensors ------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("ttype", ["Q2_K", "Q3_K", "IQ4_NL", "IQ2_XXS", "Q8_1", "I8"])
+@pytest.mark.parametrize("ttype", ["IQ2_XXS", "IQ3_S", "IQ1_S", "TQ1_0", "Q8_1", "I8"])
 def test_unsupported_tensor_type(tmp_path, ttype):
     p = write_model(tmp_path / "m.gguf", "tiny-llama", "Q8_0", vocab="none",
                     type_overrides={"blk.1.attn_q.weight": ttype})

@@ -178,7 +178,7 @@ def test_unknown_names(tmp_path):
     with pytest.raises(ValueError, match="unknown shape"):
         write_model(tmp_path / "x.gguf", "huge-llama", vocab="none")
     with pytest.raises(ValueError, match="unknown mix"):
-        write_model(tmp_path / "x.gguf", "tiny-llama", "Q3_K_M", vocab="none")
+        write_model(tmp_path / "x.gguf", "tiny-llama", "Q5_K_M", vocab="none")
     with pytest.raises(TypeError, match="unknown write_model overrides"):
         write_model(tmp_path / "x.gguf", "tiny-llama", vocab="none", n_embed=64)
     with pytest.raises(FileNotFoundError, match="vocabulary 'klingon' not found"):

@@ -23,6 +23,7 @@ from ..dispatch import DispatchTable
 from ..kv_cache import DEFAULT_BLOCK_SIZE, PagedKVCache
 from ..model import Model
 from ..reference import rope_angles
+from ..tensor_types import TENSOR_TYPES
 from .program import M, N, ProgramBuilder, StepProgram
 from .select import choose, int_path
 
@@ -31,7 +32,7 @@ MAX_BATCH_TOKENS = 512      # tokens per step (prefill chunk); larger prompts ar
 BUCKETS = (1, 4, 8, 16)     # step sizes with their own program (plus one up to the chunk size)
 # K-quant weights read Q8K activations (one scale per 256 values, op matmul_q8k) in programs
 # for at least this many tokens, Q8A (matmul_q8) below: see docs/engine.md for the measurements
-Q8K_TYPES = ("Q4_K", "Q5_K", "Q6_K")
+Q8K_TYPES = tuple(t.name for t in TENSOR_TYPES.values() if t.q8k)
 Q8K_MIN_TOKENS = 1
 # ...and these, with a multiple of 16 rows, are repacked at load into the row-panel layout
 # (codegen/panel_layout.py, op matmul_q8k_rp) where the ISA has its panel kernels

@@ -49,7 +49,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 @dataclass(frozen=True)
 class Shape:
-    arch: str                     # general.architecture: llama | qwen2 | qwen3 (others: errors)
+    arch: str                     # general.architecture: llama | qwen2 | qwen3 | phi3 (others: errors)
     n_embd: int
     n_layer: int
     n_head: int
@@ -64,6 +64,7 @@ class Shape:
     rope_scaling: str = "none"    # none | linear | yarn
     rope_scaling_factor: float = 1.0
     vocab: str = "stories"        # vocabulary used when write_model gets vocab=None
+    rope_long_short: bool = False  # Phi-3 LongRoPE: rope_factors_long/short.weight
     name: str = ""                # general.name (default: the shape's name)
 
     @property
@@ -78,6 +79,8 @@ SHAPES: dict[str, Shape] = {
     "tiny-llama": Shape("llama", n_embd=256, n_layer=2, n_head=4, n_head_kv=2, n_ff=352, n_ctx=512),
     "tiny-qwen2": Shape("qwen2", n_embd=256, n_layer=2, n_head=4, n_head_kv=2, n_ff=416, n_ctx=512,
                         rope_theta=1e6, rms_eps=1e-6, tied=True),
+    "tiny-phi3": Shape("phi3", n_embd=256, n_layer=2, n_head=4, n_head_kv=4, n_ff=352, n_ctx=512,
+                       vocab="phi-3"),
     "tiny-qwen3": Shape("qwen3", n_embd=256, n_layer=2, n_head=4, n_head_kv=2, n_ff=480, n_ctx=512,
                         head_dim=128, rope_theta=1e6, rms_eps=1e-6),
     # Qwen2.5-0.5B: 896 is not a multiple of 256, so K mixes fall back on most matrices (as in
@@ -201,7 +204,9 @@ def model_config(shape: Shape, n_vocab: int) -> ModelConfig:
         rope_theta=_f32(shape.rope_theta),
         qkv_bias=traits["qkv_bias"] == "required" or (traits["qkv_bias"] == "optional"
                                                        and shape.qkv_bias),
-        qk_norm=traits["qk_norm"], tied_embeddings=shape.tied)
+        qk_norm=traits["qk_norm"], tied_embeddings=shape.tied,
+        fused_qkv=traits.get("fused_ffn", False), fused_ffn=traits.get("fused_ffn", False),
+        rope_long_short=shape.rope_long_short)
 
 
 def plan_model(shape: Shape, mix: str, n_vocab: int, drop_tensors: Iterable[str] = (),

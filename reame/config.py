@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -12,10 +12,14 @@ from .errors import ModelError
 #   rope_neox: rotate the two halves of a head (NeoX) instead of adjacent pairs (GPT-J / "normal")
 #   qkv_bias:  attn_q/k/v carry a bias ("required", "optional" or "none")
 #   qk_norm:   per-head RMSNorm of q and k before RoPE (Qwen3)
+#   fused_ffn: one ffn_up [n_embd, 2 n_ff] holds gate (first half) and up (Phi-3); its q/k/v may
+#              be one attn_qkv [n_embd, q + k + v] too. Reame reads both through row views
+#              (model.unfuse), so the forward pass is Llama's.
 ARCHITECTURES = {
     "llama": dict(rope_neox=False, qkv_bias="optional", qk_norm=False),
     "qwen2": dict(rope_neox=True, qkv_bias="required", qk_norm=False),
     "qwen3": dict(rope_neox=True, qkv_bias="none", qk_norm=True),
+    "phi3": dict(rope_neox=True, qkv_bias="none", qk_norm=False, fused_ffn=True),
 }
 
 
@@ -25,7 +29,7 @@ class RopeScaling:
     factor: float = 1.0
     orig_ctx: int = 0             # context length the model was trained with (yarn)
     ext_factor: float = 0.0       # yarn: mix of extrapolation (1.0 for yarn)
-    attn_factor: float = 1.0      # yarn: magnitude scale
+    attn_factor: float = 1.0      # magnitude scale of cos/sin (yarn: times 1 + 0.1 ln factor)
     beta_fast: float = 32.0
     beta_slow: float = 1.0
 
@@ -52,6 +56,9 @@ class ModelConfig:
     qkv_bias: bool = False
     qk_norm: bool = False
     tied_embeddings: bool = False  # no output.weight: the head reuses token_embd.weight
+    fused_qkv: bool = False       # the file has attn_qkv instead of attn_q/k/v (Phi-3)
+    fused_ffn: bool = False       # the file's ffn_up holds gate and up (Phi-3)
+    rope_long_short: bool = False  # rope_factors_long/short.weight (Phi-3 LongRoPE)
 
     @property
     def n_gqa(self) -> int:
@@ -124,6 +131,13 @@ def config_from_gguf(gf) -> ModelConfig:
                 beta_slow=opt("rope.scaling.yarn_beta_slow", 1.0, kind=float))
     elif stype not in ("none", "linear", "yarn"):
         raise ModelError(path, f"unsupported rope scaling type {stype!r}")
+    elif f"{arch}.rope.scaling.attn_factor" in md:       # e.g. Phi-3 LongRoPE: cos/sin scale
+        scaling = RopeScaling(attn_factor=opt("rope.scaling.attn_factor", 1.0, kind=float),
+                              orig_ctx=opt("rope.scaling.original_context_length",
+                                           opt("context_length", 0)))
+    if "rope_factors_long.weight" in gf.tensors and not scaling.orig_ctx:
+        scaling = replace(scaling, orig_ctx=opt("rope.scaling.original_context_length",
+                                                opt("context_length", 0)))
 
     emb = gf.tensors.get("token_embd.weight")
     if emb is None:
@@ -154,6 +168,9 @@ def config_from_gguf(gf) -> ModelConfig:
             traits["qkv_bias"] == "optional" and "blk.0.attn_q.bias" in gf.tensors),
         qk_norm=traits["qk_norm"],
         tied_embeddings="output.weight" not in gf.tensors,
+        fused_qkv="blk.0.attn_qkv.weight" in gf.tensors,
+        fused_ffn=traits.get("fused_ffn", False),
+        rope_long_short="rope_factors_long.weight" in gf.tensors,
     )
 
 
@@ -165,12 +182,17 @@ def expected_tensors(c: ModelConfig) -> dict[str, tuple[int, ...]]:
         t["output.weight"] = (c.n_embd, c.n_vocab)
     if c.has_rope_freqs:
         t["rope_freqs.weight"] = (c.rope_dim // 2,)
+    if c.rope_long_short:
+        t["rope_factors_long.weight"] = t["rope_factors_short.weight"] = (c.rope_dim // 2,)
     for i in range(c.n_layer):
         b = f"blk.{i}."
         t[b + "attn_norm.weight"] = (c.n_embd,)
-        t[b + "attn_q.weight"] = (c.n_embd, q)
-        t[b + "attn_k.weight"] = (c.n_embd, kv)
-        t[b + "attn_v.weight"] = (c.n_embd, v)
+        if c.fused_qkv:
+            t[b + "attn_qkv.weight"] = (c.n_embd, q + kv + v)
+        else:
+            t[b + "attn_q.weight"] = (c.n_embd, q)
+            t[b + "attn_k.weight"] = (c.n_embd, kv)
+            t[b + "attn_v.weight"] = (c.n_embd, v)
         t[b + "attn_output.weight"] = (c.n_head * c.head_dim_v, c.n_embd)
         if c.qkv_bias:
             t[b + "attn_q.bias"], t[b + "attn_k.bias"], t[b + "attn_v.bias"] = (q,), (kv,), (v,)
@@ -178,14 +200,18 @@ def expected_tensors(c: ModelConfig) -> dict[str, tuple[int, ...]]:
             t[b + "attn_q_norm.weight"] = (c.head_dim,)
             t[b + "attn_k_norm.weight"] = (c.head_dim,)
         t[b + "ffn_norm.weight"] = (c.n_embd,)
-        t[b + "ffn_gate.weight"] = (c.n_embd, c.n_ff)
-        t[b + "ffn_up.weight"] = (c.n_embd, c.n_ff)
+        if c.fused_ffn:
+            t[b + "ffn_up.weight"] = (c.n_embd, 2 * c.n_ff)
+        else:
+            t[b + "ffn_gate.weight"] = (c.n_embd, c.n_ff)
+            t[b + "ffn_up.weight"] = (c.n_embd, c.n_ff)
         t[b + "ffn_down.weight"] = (c.n_ff, c.n_embd)
     return t
 
 
 # Tensors that must stay float (they are read once per token, element-wise).
-NORM_TENSOR_SUFFIXES = ("_norm.weight", ".bias", "rope_freqs.weight")
+NORM_TENSOR_SUFFIXES = ("_norm.weight", ".bias", "rope_freqs.weight", "rope_factors_long.weight",
+                        "rope_factors_short.weight")
 
 
 def check_tensors(gf, c: ModelConfig) -> None:

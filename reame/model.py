@@ -27,6 +27,17 @@ class Model:
     def tensor(self, name: str) -> Tensor:
         return self.file.tensors[name]
 
+    def rope_factors(self, n_ctx: int):
+        """The RoPE frequency divisors (float32 [rope_dim/2]) for a context of n_ctx, or None:
+        rope_freqs.weight (Llama 3.1), or Phi-3's LongRoPE factors, long when n_ctx exceeds the
+        original training context (as llama.cpp chooses them), else short."""
+        c = self.config
+        if c.rope_long_short:
+            which = "long" if n_ctx > c.rope_scaling.orig_ctx else "short"
+            return self.tensor(f"rope_factors_{which}.weight").dequantize()
+        t = self.tensors.get("rope_freqs.weight")
+        return t.dequantize() if t is not None else None
+
     def output_tensor(self) -> Tensor:
         """The output head: output.weight, or token_embd.weight when embeddings are tied."""
         c = self.config
@@ -82,4 +93,29 @@ def load_model(path: str | os.PathLike) -> Model:
         task.note("checking tensors")
         config = config_from_gguf(gf)
         check_tensors(gf, config)
+        unfuse(gf, config)
     return Model(str(path), gf, config)
+
+
+def _rows(t: Tensor, name: str, r0: int, r1: int) -> Tensor:
+    """Rows [r0, r1) of a matrix as a tensor of its own (a view: no copy)."""
+    rb = t.row_bytes
+    return Tensor(name, t.type, (t.shape[0], r1 - r0), t.data[r0 * rb:r1 * rb], t.offset + r0 * rb)
+
+
+def unfuse(gf, c: ModelConfig) -> None:
+    """Replace fused matrices by row views under Llama's names, so every engine runs one forward
+    pass: attn_qkv -> attn_q, attn_k, attn_v; a fused ffn_up -> ffn_gate (first n_ff rows),
+    ffn_up (the rest), as llama.cpp's swiglu splits it."""
+    q, kv = c.n_head * c.head_dim, c.n_head_kv * c.head_dim
+    for i in range(c.n_layer):
+        b = f"blk.{i}."
+        if c.fused_qkv:
+            t = gf.tensors.pop(b + "attn_qkv.weight")
+            for name, r0, r1 in (("attn_q", 0, q), ("attn_k", q, q + kv),
+                                 ("attn_v", q + kv, t.n_rows)):
+                gf.tensors[f"{b}{name}.weight"] = _rows(t, f"{b}{name}.weight", r0, r1)
+        if c.fused_ffn:
+            t = gf.tensors.pop(b + "ffn_up.weight")
+            gf.tensors[b + "ffn_gate.weight"] = _rows(t, b + "ffn_gate.weight", 0, c.n_ff)
+            gf.tensors[b + "ffn_up.weight"] = _rows(t, b + "ffn_up.weight", c.n_ff, 2 * c.n_ff)

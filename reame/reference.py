@@ -51,6 +51,7 @@ def rope_angles(c: ModelConfig, positions: np.ndarray, freq_factors=None):
             mscale = s.attn_factor * (1.0 + 0.1 * math.log(s.factor))
     else:
         theta = theta_extrap
+        mscale = s.attn_factor
     return (np.cos(theta) * mscale).astype(np.float32), (np.sin(theta) * mscale).astype(np.float32)
 
 
@@ -90,7 +91,7 @@ class ReferenceEngine:
         w = {name: t.dequantize() for name, t in model.tensors.items()}
         self.w = w
         self.out_name = "token_embd.weight" if c.tied_embeddings else "output.weight"
-        self.freq_factors = w.get("rope_freqs.weight")
+        self.freq_factors = model.rope_factors(self.n_ctx)
         # act_quant: round the input of every quantised-weight product through Q8A, as the JIT's
         # integer-dot kernels (and llama.cpp's) do; the oracle for that path
         self.act_quant = {name for name, t in model.tensors.items()

@@ -17,7 +17,7 @@ from reame.model import load_model
 from reame.reference import ReferenceEngine
 from conftest import shared_path
 
-TINY = ("tiny-llama", "tiny-qwen2", "tiny-qwen3")
+TINY = ("tiny-llama", "tiny-qwen2", "tiny-qwen3", "tiny-phi3")
 
 
 @pytest.fixture(scope="session")
@@ -33,15 +33,26 @@ def test_tiny_shape_and_mix(tmp_path_factory, stories_vocab, shape, mix):
     s = SHAPES[shape]
 
     # the config Reame reads back is the one the shape describes
-    assert model.config == dataclasses.replace(model_config(s, 512), name=shape)
+    assert model.config == dataclasses.replace(model_config(s, model.config.n_vocab), name=shape)
+    assert model.config.n_vocab == (512 if s.vocab == "stories" else model.config.n_vocab)
     assert model.metadata["general.file_type"] == {"F32": 0, "F16": 1, "Q4_K_M": 15}.get(
         mix, model.metadata["general.file_type"])
 
     # every tensor has its planned type and dequantises to finite values of the planned spread
-    plans = {p.name: p for p in plan_model(s, mix, 512)}
-    assert set(plans) == set(model.tensors)
+    plans = {p.name: p for p in plan_model(s, mix, model.config.n_vocab)}
+    # fused file tensors (Phi-3) are read as row views under Llama's names (model.unfuse)
+    unfused = {"attn_qkv": ("attn_q", "attn_k", "attn_v"), "ffn_up": ("ffn_gate", "ffn_up")}
+    plan_of = {}
+    for name, p in plans.items():
+        kind = name.split(".")[2] if name.startswith("blk.") else None
+        if kind in unfused and (kind == "attn_qkv" or model.config.fused_ffn):
+            for part in unfused[kind]:
+                plan_of[name.replace(kind, part)] = p
+        else:
+            plan_of[name] = p
+    assert set(plan_of) == set(model.tensors)
     for name, t in model.tensors.items():
-        p = plans[name]
+        p = plan_of[name]
         assert t.type.name == p.type, name
         x = t.dequantize()
         assert np.all(np.isfinite(x)), name
@@ -60,7 +71,7 @@ def test_tiny_shape_and_mix(tmp_path_factory, stories_vocab, shape, mix):
     # the reference engine gives finite, non-degenerate logits
     eng = ReferenceEngine(model, n_ctx=64, max_seqs=1)
     logits = eng.forward(Batch.prefill([1, 45, 300, 7, 99, 12], 0, 0, all_logits=True))
-    assert logits.shape == (6, 512)
+    assert logits.shape == (6, model.config.n_vocab)
     assert np.all(np.isfinite(logits))
     assert np.all(logits.std(axis=1) > 0.3)
     assert len(set(logits.argmax(axis=1).tolist())) > 1          # depends on the input

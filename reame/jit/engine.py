@@ -115,8 +115,7 @@ class JITEngine:
                               ("g", c.n_ff, T), ("ho", c.n_embd, L)):
             self.kbuf[name] = (np.zeros((rows, q8k.row_stride(k)), np.uint8)
                                if self.q8k_min_tokens is not None and k % 256 == 0 else None)
-        freq = self.model.tensors.get("rope_freqs.weight")
-        cos, sin = rope_angles(c, np.arange(self.n_ctx), freq.dequantize() if freq else None)
+        cos, sin = rope_angles(c, np.arange(self.n_ctx), self.model.rope_factors(self.n_ctx))
         self.rope_cs = np.ascontiguousarray(np.stack([cos, sin], axis=-1), np.float32)
         self.small = {}                              # norms and biases as float32
         for name, t in self.model.tensors.items():

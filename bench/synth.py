@@ -65,6 +65,10 @@ class Shape:
     rope_scaling_factor: float = 1.0
     vocab: str = "stories"        # vocabulary used when write_model gets vocab=None
     rope_long_short: bool = False  # Phi-3 LongRoPE: rope_factors_long/short.weight
+    n_expert: int = 0             # mixture of experts (qwen2moe, qwen3moe; llama = Mixtral)
+    n_expert_used: int = 0
+    n_ff_exp: int = 0             # expert inner size (Mixtral: n_ff)
+    n_ff_shexp: int = 0           # shared expert inner size (qwen2moe)
     name: str = ""                # general.name (default: the shape's name)
 
     @property
@@ -79,6 +83,14 @@ SHAPES: dict[str, Shape] = {
     "tiny-llama": Shape("llama", n_embd=256, n_layer=2, n_head=4, n_head_kv=2, n_ff=352, n_ctx=512),
     "tiny-qwen2": Shape("qwen2", n_embd=256, n_layer=2, n_head=4, n_head_kv=2, n_ff=416, n_ctx=512,
                         rope_theta=1e6, rms_eps=1e-6, tied=True),
+    "tiny-qwen3moe": Shape("qwen3moe", n_embd=256, n_layer=2, n_head=4, n_head_kv=2, n_ff=0,
+                           n_ctx=512, head_dim=64, rope_theta=1e6, rms_eps=1e-6, n_expert=8,
+                           n_expert_used=2, n_ff_exp=128),
+    "tiny-qwen2moe": Shape("qwen2moe", n_embd=256, n_layer=2, n_head=4, n_head_kv=2, n_ff=0,
+                           n_ctx=512, rope_theta=1e6, rms_eps=1e-6, n_expert=8, n_expert_used=2,
+                           n_ff_exp=128, n_ff_shexp=256),
+    "tiny-mixtral": Shape("llama", n_embd=256, n_layer=2, n_head=4, n_head_kv=2, n_ff=128,
+                          n_ctx=512, n_expert=4, n_expert_used=2, n_ff_exp=128),
     "tiny-phi3": Shape("phi3", n_embd=256, n_layer=2, n_head=4, n_head_kv=4, n_ff=352, n_ctx=512,
                        vocab="phi-3"),
     "tiny-qwen3": Shape("qwen3", n_embd=256, n_layer=2, n_head=4, n_head_kv=2, n_ff=480, n_ctx=512,
@@ -206,7 +218,9 @@ def model_config(shape: Shape, n_vocab: int) -> ModelConfig:
                                                        and shape.qkv_bias),
         qk_norm=traits["qk_norm"], tied_embeddings=shape.tied,
         fused_qkv=traits.get("fused_ffn", False), fused_ffn=traits.get("fused_ffn", False),
-        rope_long_short=shape.rope_long_short)
+        rope_long_short=shape.rope_long_short, n_expert=shape.n_expert,
+        n_expert_used=shape.n_expert_used, n_ff_exp=shape.n_ff_exp, n_ff_shexp=shape.n_ff_shexp,
+        moe_norm=traits.get("moe_norm", True) if shape.n_expert else False)
 
 
 def plan_model(shape: Shape, mix: str, n_vocab: int, drop_tensors: Iterable[str] = (),
@@ -230,6 +244,9 @@ def plan_model(shape: Shape, mix: str, n_vocab: int, drop_tensors: Iterable[str]
         if len(tensors[name]) == 1:                       # norms and biases stay F32
             wanted = "F32"
             mean, std = (0.0, 0.02) if name.endswith(".bias") else (1.0, 0.05)
+        elif name.endswith("ffn_gate_inp.weight"):        # routers stay F32 (as llama.cpp)
+            wanted = "F32"
+            mean, std = 0.0, float(np.clip(1.0 / math.sqrt(dims[0]), 0.02, 0.1))
         else:
             wanted = _wanted_type(mix, name, dims[0], shape.tied, shape.n_layer)
             mean, std = 0.0, float(np.clip(1.0 / math.sqrt(dims[0]), 0.02, 0.1))
@@ -558,6 +575,14 @@ def write_model(path: str | os.PathLike, shape: str | Shape = "tiny-llama", mix:
     if s.head_dim is not None or a == "qwen3":
         kv[Keys.Attention.KEY_LENGTH.format(arch=a)] = s.head_size
         kv[Keys.Attention.VALUE_LENGTH.format(arch=a)] = s.head_size
+    if s.n_expert:
+        kv[f"{a}.expert_count"] = s.n_expert
+        kv[f"{a}.expert_used_count"] = s.n_expert_used
+        if a != "llama":
+            kv[f"{a}.expert_feed_forward_length"] = s.n_ff_exp
+            del kv[Keys.LLM.FEED_FORWARD_LENGTH.format(arch=a)]
+        if s.n_ff_shexp:
+            kv[f"{a}.expert_shared_feed_forward_length"] = s.n_ff_shexp
     if s.rope_scaling != "none":
         kv[Keys.Rope.SCALING_TYPE.format(arch=a)] = s.rope_scaling
         kv[Keys.Rope.SCALING_FACTOR.format(arch=a)] = s.rope_scaling_factor

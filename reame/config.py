@@ -20,6 +20,10 @@ ARCHITECTURES = {
     "qwen2": dict(rope_neox=True, qkv_bias="required", qk_norm=False),
     "qwen3": dict(rope_neox=True, qkv_bias="none", qk_norm=True),
     "phi3": dict(rope_neox=True, qkv_bias="none", qk_norm=False, fused_ffn=True),
+    # mixture of experts (moe_norm: the selected experts' weights are renormalised to sum 1;
+    # Mixtral is `llama` with an expert_count)
+    "qwen2moe": dict(rope_neox=True, qkv_bias="required", qk_norm=False, moe_norm=False),
+    "qwen3moe": dict(rope_neox=True, qkv_bias="none", qk_norm=True, moe_norm=True),
 }
 
 
@@ -59,6 +63,11 @@ class ModelConfig:
     fused_qkv: bool = False       # the file has attn_qkv instead of attn_q/k/v (Phi-3)
     fused_ffn: bool = False       # the file's ffn_up holds gate and up (Phi-3)
     rope_long_short: bool = False  # rope_factors_long/short.weight (Phi-3 LongRoPE)
+    n_expert: int = 0             # mixture of experts: experts per layer (0: a dense FFN)
+    n_expert_used: int = 0        # experts each token is routed to (top-k of the softmax)
+    n_ff_exp: int = 0             # inner size of one expert
+    n_ff_shexp: int = 0           # inner size of the shared expert (Qwen2-MoE; 0: none)
+    moe_norm: bool = False        # renormalise the selected experts' weights to sum 1
 
     @property
     def n_gqa(self) -> int:
@@ -96,8 +105,14 @@ def config_from_gguf(gf) -> ModelConfig:
         v = md.get(f"{arch}.{key}")
         return default if v is None else typed(key, v, kind)
 
-    if opt("expert_count", 0) > 0:
-        raise ModelError(path, "mixture-of-experts models are not supported")
+    n_expert, n_expert_used = opt("expert_count", 0), opt("expert_used_count", 0)
+    if n_expert and not 0 < n_expert_used <= n_expert:
+        raise ModelError(path, f"expert_used_count {n_expert_used} does not fit expert_count "
+                               f"{n_expert}")
+    if n_expert and arch not in ("llama", "qwen2moe", "qwen3moe"):
+        raise ModelError(path, f"mixture-of-experts {arch} models are not supported")
+    if arch in ("qwen2moe", "qwen3moe") and not n_expert:
+        raise ModelError(path, f"missing metadata key {arch}.expert_count")
     n_embd = req("embedding_length")
     n_head = req("attention.head_count")
     n_head_kv = opt("attention.head_count_kv", n_head, kind=None)
@@ -156,7 +171,7 @@ def config_from_gguf(gf) -> ModelConfig:
         n_head_kv=int(n_head_kv),
         head_dim=head_dim,
         head_dim_v=head_dim_v,
-        n_ff=req("feed_forward_length"),
+        n_ff=opt("feed_forward_length", 0) if n_expert else req("feed_forward_length"),
         n_ctx_train=opt("context_length", 2048),
         rms_eps=opt("attention.layer_norm_rms_epsilon", 1e-5, kind=float),
         rope_neox=traits["rope_neox"],
@@ -171,6 +186,12 @@ def config_from_gguf(gf) -> ModelConfig:
         fused_qkv="blk.0.attn_qkv.weight" in gf.tensors,
         fused_ffn=traits.get("fused_ffn", False),
         rope_long_short="rope_factors_long.weight" in gf.tensors,
+        n_expert=n_expert,
+        n_expert_used=n_expert_used if n_expert else 0,
+        n_ff_exp=(opt("expert_feed_forward_length", 0) or opt("feed_forward_length", 0))
+        if n_expert else 0,
+        n_ff_shexp=opt("expert_shared_feed_forward_length", 0) if n_expert else 0,
+        moe_norm=traits.get("moe_norm", True) if n_expert else False,
     )
 
 
@@ -200,18 +221,30 @@ def expected_tensors(c: ModelConfig) -> dict[str, tuple[int, ...]]:
             t[b + "attn_q_norm.weight"] = (c.head_dim,)
             t[b + "attn_k_norm.weight"] = (c.head_dim,)
         t[b + "ffn_norm.weight"] = (c.n_embd,)
-        if c.fused_ffn:
+        if c.n_expert:
+            E, F = c.n_expert, c.n_ff_exp
+            t[b + "ffn_gate_inp.weight"] = (c.n_embd, E)
+            t[b + "ffn_gate_exps.weight"] = (c.n_embd, F, E)
+            t[b + "ffn_up_exps.weight"] = (c.n_embd, F, E)
+            t[b + "ffn_down_exps.weight"] = (F, c.n_embd, E)
+            if c.n_ff_shexp:
+                t[b + "ffn_gate_inp_shexp.weight"] = (c.n_embd,)
+                t[b + "ffn_gate_shexp.weight"] = (c.n_embd, c.n_ff_shexp)
+                t[b + "ffn_up_shexp.weight"] = (c.n_embd, c.n_ff_shexp)
+                t[b + "ffn_down_shexp.weight"] = (c.n_ff_shexp, c.n_embd)
+        elif c.fused_ffn:
             t[b + "ffn_up.weight"] = (c.n_embd, 2 * c.n_ff)
         else:
             t[b + "ffn_gate.weight"] = (c.n_embd, c.n_ff)
             t[b + "ffn_up.weight"] = (c.n_embd, c.n_ff)
-        t[b + "ffn_down.weight"] = (c.n_ff, c.n_embd)
+        if not c.n_expert:
+            t[b + "ffn_down.weight"] = (c.n_ff, c.n_embd)
     return t
 
 
 # Tensors that must stay float (they are read once per token, element-wise).
 NORM_TENSOR_SUFFIXES = ("_norm.weight", ".bias", "rope_freqs.weight", "rope_factors_long.weight",
-                        "rope_factors_short.weight")
+                        "rope_factors_short.weight", "ffn_gate_inp_shexp.weight")
 
 
 def check_tensors(gf, c: ModelConfig) -> None:

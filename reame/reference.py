@@ -55,6 +55,16 @@ def rope_angles(c: ModelConfig, positions: np.ndarray, freq_factors=None):
     return (np.cos(theta) * mscale).astype(np.float32), (np.sin(theta) * mscale).astype(np.float32)
 
 
+def softmax(x: np.ndarray) -> np.ndarray:
+    e = np.exp(x - x.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+def route_top_k(probs: np.ndarray, k: int) -> np.ndarray:
+    """The k experts of largest probability per row, largest first (ties: lowest index)."""
+    return np.argsort(-probs, axis=1, kind="stable")[:, :k]
+
+
 def apply_rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, rope_dim: int, neox: bool):
     """Rotate the first rope_dim dims of every head. x [n, heads, head_dim]; cos/sin [n, rope_dim/2]."""
     half = rope_dim // 2
@@ -153,11 +163,38 @@ class ReferenceEngine:
             x = x + self.linear(att.reshape(n, -1), p + "attn_output.weight")
             # ---- feed-forward block (SwiGLU) ----
             h = rms_norm(x, w[p + "ffn_norm.weight"], c.rms_eps)
+            if c.n_expert:
+                x = x + self.moe(h, p)
+                continue
             g = silu(self.linear(h, p + "ffn_gate.weight")) * self.linear(h, p + "ffn_up.weight")
             x = x + self.linear(g, p + "ffn_down.weight")             # g: [n, n_ff]
         self._last_x = x                                              # for final_hidden()
         x = rms_norm(x[batch.logits_rows], w["output_norm.weight"], c.rms_eps)
         return self.linear(x, self.out_name)                          # [m, n_vocab]
+
+    def moe(self, h: np.ndarray, p: str) -> np.ndarray:
+        """Mixture-of-experts FFN: each token's n_expert_used experts by the softmax of the
+        router logits (weights renormalised to sum 1 where the architecture does), their SwiGLU
+        outputs summed with those weights; plus the shared expert gated by a sigmoid (Qwen2-MoE).
+        Expert products take float activations (as the JIT's expert kernels do)."""
+        c, w = self.config, self.w
+        probs = softmax(self.linear(h, p + "ffn_gate_inp.weight"))          # [n, E]
+        top = route_top_k(probs, c.n_expert_used)                           # [n, k]
+        wts = np.take_along_axis(probs, top, axis=1)
+        if c.moe_norm:
+            wts = wts / np.maximum(wts.sum(1, keepdims=True), np.float32(6.103515625e-5))
+        out = np.zeros_like(h)
+        gate, up, down = (w[p + f"ffn_{m}_exps.weight"] for m in ("gate", "up", "down"))
+        for e in np.unique(top):
+            t, j = np.nonzero(top == e)
+            g = silu(h[t] @ gate[e].T) * (h[t] @ up[e].T)
+            out[t] += (g @ down[e].T) * wts[t, j][:, None]
+        if c.n_ff_shexp:
+            g = silu(self.linear(h, p + "ffn_gate_shexp.weight")) * \
+                self.linear(h, p + "ffn_up_shexp.weight")
+            s = self.linear(g, p + "ffn_down_shexp.weight")
+            out = out + s / (1 + np.exp(-(h @ w[p + "ffn_gate_inp_shexp.weight"])))[:, None]
+        return out
 
     def final_hidden(self, lo: int, hi: int) -> np.ndarray:
         """The final hidden states (after the output norm) of tokens lo..hi-1 of the last

@@ -37,11 +37,18 @@ def greedy(engine, prompt, n):
 def test_greedy_tokens_match_llama_cpp(tmp_path_factory, name):
     """Phi-3 (fused attn_qkv and ffn_up read through row views, NeoX RoPE) and Phi-3 LongRoPE
     (long factors chosen because the 512 context exceeds the 256 original one, cos/sin scaled
-    by rope.scaling.attn_factor). Catches gate and up halves swapped, q/k/v rows split at the
-    wrong offsets, the short factors used past the original context, attn_factor ignored."""
-    shared_path("testdata/vocab/ggml-vocab-phi-3.gguf")      # the models' vocabulary
+    by rope.scaling.attn_factor): catches gate and up halves swapped, q/k/v rows split at the
+    wrong offsets, the short factors used past the original context, attn_factor ignored.
+    Mixture of experts: Qwen3-MoE (top 2 of 8, weights renormalised), Qwen2-MoE (not
+    renormalised, a shared expert gated by a sigmoid), Mixtral (llama + 4 experts): catches a
+    top-k that takes the wrong experts, weights renormalised where llama.cpp does not (or the
+    other way), the shared expert ungated, and expert matmuls fed another expert's rows."""
     spec = dict(GOLDEN["models"][name]["write_model"])
-    model = load_model(synth_model(tmp_path_factory, spec.pop("shape"), spec.pop("mix"), **spec))
+    vocab = spec.pop("vocab")
+    shared_path("models/stories260K.gguf" if vocab == "stories"     # the model's vocabulary
+                else f"testdata/vocab/ggml-vocab-{vocab}.gguf")
+    model = load_model(synth_model(tmp_path_factory, spec.pop("shape"), spec.pop("mix"), vocab,
+                                   **spec))
     want, prompt, n_ctx = GOLDEN["models"][name]["tokens"], GOLDEN["prompt"], GOLDEN["n_ctx"]
     assert greedy(ReferenceEngine(model, n_ctx=n_ctx, max_seqs=1), prompt, len(want)) == want
     eng = JITEngine(model, n_ctx=n_ctx, max_seqs=1, threads=2, int_dot=False)

@@ -102,17 +102,29 @@ class JITEngine:
         self.h = f32(T, c.n_embd)                    # normed input of a block
         self.q, self.k, self.v = f32(T, qd), f32(T, kvd), f32(T, c.n_head_kv * c.head_dim_v)
         self.att = f32(T, c.n_head * c.head_dim_v)   # attention output, all heads
-        self.g, self.u = f32(T, c.n_ff), f32(T, c.n_ff)   # FFN gate / up (g becomes silu(g)*u)
+        F = max(c.n_ff, c.n_ff_shexp)
+        self.g, self.u = f32(T, F), f32(T, F)        # FFN gate / up (g becomes silu(g)*u)
+        if c.n_expert:                               # mixture of experts (see _moe)
+            E, NU, FE = c.n_expert, c.n_expert_used, c.n_ff_exp
+            self.router = f32(T, E)                  # router logits, then probabilities
+            self.xg = f32(T * NU, c.n_embd)          # FFN inputs gathered by expert
+            self.eg, self.eu = f32(T * NU, FE), f32(T * NU, FE)   # experts' gate / up
+            self.ed = f32(T * NU, c.n_embd)          # experts' down outputs
+            self.epos = np.zeros(T * NU, np.int32)   # where each (token, expert) pair sits
+            self.ewgt = np.zeros(T * NU, np.float32)  # its weight
+            self.eouts = np.array([self.eg.ctypes.data, self.eu.ctypes.data,
+                                   self.ed.ctypes.data], np.int64)
+            self.ys, self.sg = f32(T, c.n_embd), f32(T)   # shared expert: output, gate logit
         self.xo, self.ho = f32(L, c.n_embd), f32(L, c.n_embd)   # rows gathered for the head
         self.logits = f32(L, c.n_vocab)
         self.qbuf = {}                               # Q8A copies of activations, by source
-        for name, k in (("h", c.n_embd), ("att", c.n_head * c.head_dim_v), ("g", c.n_ff)):
+        for name, k in (("h", c.n_embd), ("att", c.n_head * c.head_dim_v), ("g", F)):
             self.qbuf[name] = q8(k)
         self.qbuf["ho"] = (np.zeros((L, q8a.row_stride(c.n_embd)), np.uint8)
                            if c.n_embd % 32 == 0 else None)
         self.kbuf = {}                               # Q8K copies (K-quant weights), by source
         for name, k, rows in (("h", c.n_embd, T), ("att", c.n_head * c.head_dim_v, T),
-                              ("g", c.n_ff, T), ("ho", c.n_embd, L)):
+                              ("g", F, T), ("ho", c.n_embd, L)):
             self.kbuf[name] = (np.zeros((rows, q8k.row_stride(k)), np.uint8)
                                if self.q8k_min_tokens is not None and k % 256 == 0 else None)
         cos, sin = rope_angles(c, np.arange(self.n_ctx), self.model.rope_factors(self.n_ctx))
@@ -179,6 +191,7 @@ class JITEngine:
         attn_op = ("attn_prefill" if bucket > BUCKETS[-1] and _has_op("attn_prefill")
                    else "attn_decode")
         emb = m.tensor("token_embd.weight")
+        moe = []                                     # (router blocks, expert ops) per layer
 
         # x = token_embd[tokens]
         P.op("token_embd", choose("get_rows", emb.type.name, isa, bucket, K=c.n_embd),
@@ -223,6 +236,9 @@ class JITEngine:
             P.op(b + "ffn_norm", spec("rms_norm", K=c.n_embd, eps=c.rms_eps),
                  x=self.x, w=S[b + "ffn_norm.weight"], y=self.h, n=N)
             fresh.difference_update(("h", "h:q8k"))
+            if c.n_expert:
+                moe.append(self._moe(P, b, bucket, linear, spec, fresh))
+                continue
             linear(b + "ffn_gate.weight", self.h, "h", self.g, N, fresh)
             P.no_barrier_before_next()
             linear(b + "ffn_up.weight", self.h, "h", self.u, N, fresh)
@@ -235,7 +251,57 @@ class JITEngine:
              x=self.xo, w=S["output_norm.weight"], y=self.ho, n=M)
         out_name = "token_embd.weight" if c.tied_embeddings else "output.weight"
         linear(out_name, self.ho, "ho", self.logits, M, set(), bucket=head)
-        return P.finish()
+        prog = P.finish()
+        for blocks, ops in moe:       # each router writes its experts' argument words
+            blocks[...] = [[prog.arg_addrs[i] for i in trio] for trio in ops]
+        return prog
+
+    def _moe(self, P, b, bucket, linear, spec, fresh):
+        """A mixture-of-experts FFN: router logits and their softmax, moe_route (top-k, the
+        FFN inputs gathered by expert, and each expert's matmul arguments: its rows, its output
+        rows and its token count, written at run time), every expert's gate and up matmuls
+        (n = 0 for the experts no token picked: they return at once, so decode reads only the
+        picked experts' weights), SwiGLU over all (token, expert) pairs, the down matmuls, and
+        moe_combine (x += the weighted outputs, plus Qwen2-MoE's gated shared expert).
+        Returns (the router's blocks array, [(gate, up, down) op indices per expert])."""
+        c, isa, m = self.config, self.isa, self.model
+        E, NU, FE = c.n_expert, c.n_expert_used, c.n_ff_exp
+        linear(b + "ffn_gate_inp.weight", self.h, "h", self.router, N, fresh)
+        P.op(b + "ffn_router_softmax", spec("softmax", K=E), x=self.router, n=N)
+        blocks = np.zeros((E, 3), np.int64)
+        P.op(b + "ffn_route", spec("moe_route", E=E, NU=NU, K=c.n_embd, F=FE,
+                                   norm=int(c.moe_norm)),
+             probs=self.router, h=self.h, xg=self.xg, pos=self.epos, wgt=self.ewgt,
+             blocks=blocks, outs=self.eouts, n=N)
+        per_expert = max(1, bucket * NU // E)      # tokens an expert sees in such a step
+        ops = [[0, 0, 0] for _ in range(E)]
+        for j, (name, M_, K_) in enumerate((("gate", FE, c.n_embd), ("up", FE, c.n_embd),
+                                             ("down", c.n_embd, FE))):
+            t = m.tensor(f"{b}ffn_{name}_exps.weight")
+            size = M_ * t.row_bytes
+            ks = choose("matmul", t.type.name, isa, per_expert, M=M_, K=K_, acc=0)
+            for e in range(E):       # x, y and n are written by moe_route before every step
+                ops[e][j] = P.op(f"{b}ffn_{name}_exps.{e}", ks, barrier=False,
+                                 w=t.data[e * size:(e + 1) * size], x=0, y=0, n=0)
+            if name != "gate":
+                P.barrier_after_last()
+            if name == "up":
+                P.op(b + "ffn_exps_swiglu", spec("swiglu", F=FE), g=self.eg, u=self.eu,
+                     y=self.eg, n=N * NU)
+        if c.n_ff_shexp:
+            linear(b + "ffn_gate_shexp.weight", self.h, "h", self.g, N, fresh)
+            P.no_barrier_before_next()
+            linear(b + "ffn_up_shexp.weight", self.h, "h", self.u, N, fresh)
+            P.op(b + "ffn_shexp_swiglu", spec("swiglu", F=c.n_ff_shexp), g=self.g, u=self.u,
+                 y=self.g, n=N)
+            linear(b + "ffn_down_shexp.weight", self.g, "g", self.ys, N, fresh)
+            P.op(b + "ffn_gate_inp_shexp", choose("matmul", "F32", isa, bucket, M=1,
+                                                  K=c.n_embd, acc=0),
+                 w=self.small[b + "ffn_gate_inp_shexp.weight"], x=self.h, y=self.sg, n=N)
+        P.op(b + "ffn_moe_combine", spec("moe_combine", K=c.n_embd, NU=NU,
+                                         shexp=int(bool(c.n_ff_shexp))),
+             x=self.x, d=self.ed, pos=self.epos, wgt=self.ewgt, ys=self.ys, sg=self.sg, n=N)
+        return blocks, ops
 
     # ------------------------------------------------------------------ one step
     def forward(self, batch: Batch) -> np.ndarray:

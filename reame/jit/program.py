@@ -54,7 +54,7 @@ class ProgramBuilder:
             self.kernels[spec] = build(spec, self.isa)
         return self.kernels[spec]
 
-    def op(self, site: str, spec: KernelSpec, barrier: bool = True, **args) -> None:
+    def op(self, site: str, spec: KernelSpec, barrier: bool = True, **args) -> int:
         """Add an op: `args` maps the op's argument names to arrays, ints or Dyn words.
         `barrier=False`: the next op does not read this one's output, no need to wait."""
         words = [args[a] for a in registry.get_op(spec.op).args]
@@ -65,6 +65,7 @@ class ProgramBuilder:
                               check_counts(lo * f, hi * f))
         slices = HEAVY_SLICES if spec.op in HEAVY_OPS else 1
         self.ops.append((slot, words, barrier, slices))
+        return len(self.ops) - 1
 
     def no_barrier_before_next(self) -> None:
         """The last op and the next one are independent (they read the same inputs and write
@@ -101,12 +102,15 @@ class ProgramBuilder:
         self.table.attach(prog)
         dyn_arrays = {k: (np.asarray(i, np.int64), np.asarray(f, np.int64))
                       for k, (i, f) in dyn.items()}
-        return StepProgram(prog, block, dyn_arrays, keep, [s for s, _, _, _ in self.ops])
+        return StepProgram(prog, block, dyn_arrays, keep, [s for s, _, _, _ in self.ops],
+                           [base + 8 * off for off in offsets])
 
 
 class StepProgram:
-    def __init__(self, program: Program, block: np.ndarray, dyn: dict, keep: list, slots: list):
+    def __init__(self, program: Program, block: np.ndarray, dyn: dict, keep: list, slots: list,
+                 arg_addrs: list | None = None):
         self.program, self.block, self.dyn, self._keep, self.slots = program, block, dyn, keep, slots
+        self.arg_addrs = arg_addrs or []      # address of each op's argument block
         self._last = None
 
     def set(self, n: int, m: int) -> None:

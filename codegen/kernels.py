@@ -69,9 +69,10 @@ def check_buildable(spec: KernelSpec, isa: ISA) -> None:
                                f"available on this {isa.arch} CPU "
                                f"(available: {', '.join(isa.levels)})")
     op = ops().get(spec.op)
-    need = next((v.min_level for v in op.variants if v.family == spec.family), None) if op else None
-    if need is not None and not (need in isa.levels
-                                 and isa.levels.index(need) <= isa.levels.index(spec.level)):
+    needs = [v.min_level for v in op.variants if v.family == spec.family] if op else []
+    at = isa.levels.index(spec.level)
+    if needs and not any(n in isa.levels and isa.levels.index(n) <= at for n in needs):
+        need = needs[0]
         where = (f"at level {spec.level!r}" if need in isa.levels
                  else f"on this {isa.arch} CPU (levels: {', '.join(isa.levels)})")
         raise UnsupportedLevel(f"cannot build {spec.label()}: family {spec.family!r} needs "

@@ -38,17 +38,25 @@ _RUNTIME: dict = {}
 _LOCK = threading.Lock()
 
 
+RUNTIME_FUNCTIONS = ("run", "worker", "launch", "shutdown", "cycles", "hz")
+
+
+def runtime_ir(isa: ISA, system: str) -> tuple[str, str]:
+    """(symbol prefix, IR) of the runtime for `isa` on an OS (platform.system() spelling)."""
+    osname = "linux" if system == "Linux" else system.lower()
+    tpl = environment().get_template("runtime_generic.ll.j2")
+    probe = tpl.render(p={"prefix": "__RT__", "os": osname}, isa=isa)
+    prefix = "reame_rt_" + hashlib.sha256(probe.encode()).hexdigest()[:12]
+    return prefix, probe.replace("__RT__", prefix)
+
+
 def _runtime(isa: ISA) -> dict[str, int]:
     """Compile (once per process) the runtime functions; returns name -> address."""
     with _LOCK:
         if isa in _RUNTIME:
             return _RUNTIME[isa]
-        osname = "linux" if platform.system() == "Linux" else platform.system().lower()
-        tpl = environment().get_template("runtime_generic.ll.j2")
-        probe = tpl.render(p={"prefix": "__RT__", "os": osname}, isa=isa)
-        prefix = "reame_rt_" + hashlib.sha256(probe.encode()).hexdigest()[:12]
-        ir = probe.replace("__RT__", prefix)
-        names = [f"{prefix}_{n}" for n in ("run", "worker", "launch", "shutdown", "cycles", "hz")]
+        prefix, ir = runtime_ir(isa, platform.system())
+        names = [f"{prefix}_{n}" for n in RUNTIME_FUNCTIONS]
         addrs = get_compiler(isa).compile(ir, names)
         _RUNTIME[isa] = {n.rsplit("_", 1)[1]: addrs[n] for n in names}
         return _RUNTIME[isa]

@@ -90,6 +90,15 @@ def test_hwcap_bits_name_the_features_of_the_cpuinfo_line(cpu):
     assert isa_arm.hwcap_features(hwcap, hwcap2) == set(line.split()) & set(isa_arm.KNOWN)
 
 
+@pytest.mark.parametrize("hwcap,hwcap2,name", [
+    (1 << 1, 0, "asimd"), (1 << 20, 0, "asimddp"), (1 << 22, 0, "sve"),
+    (0, 1 << 1, "sve2"), (0, 1 << 13, "i8mm"), (0, 1 << 14, "bf16"), (0, 1 << 23, "sme")])
+def test_single_bits_of_the_kernel_header(hwcap, hwcap2, name):
+    """HWCAP_ASIMDDP = 1 << 20, HWCAP2_I8MM = 1 << 13, ... one at a time (hwcap.h). Catches two
+    features swapped where the recorded machines have both (every i8mm machine has bf16)."""
+    assert isa_arm.hwcap_features(hwcap, hwcap2) == {name}
+
+
 def test_llvm_string_alone_stops_at_neon():
     """Without the OS facts (a non-Linux host) nothing above neon is claimed."""
     isa = host_isa("aarch64", "neoverse-n1", LLVM_SEEN)

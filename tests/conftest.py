@@ -80,6 +80,12 @@ def isa_at(level: str):
 SIMD_BASE = {"x86_64": "avx2", "aarch64": "neon"}
 
 
+def simd_base() -> str:
+    """This architecture's first SIMD level ("generic" where Reame knows none)."""
+    from reame.codegen.isa import detect
+    return SIMD_BASE.get(detect().arch, "generic")
+
+
 def host_levels() -> tuple[str, ...]:
     """The levels kernel tests run at on this machine: "native" (its level), the first SIMD
     level of its architecture (avx2 on x86-64, neon on AArch64) and generic, each where the
@@ -87,8 +93,8 @@ def host_levels() -> tuple[str, ...]:
     from reame.codegen.isa import detect
     isa = detect()
     out = ["native"]
-    for level in (SIMD_BASE.get(isa.arch), "generic"):
-        if level and level != isa.level and isa.has(level) and level not in out:
+    for level in (simd_base(), "generic"):
+        if level != isa.level and isa.has(level) and level not in out:
             out.append(level)
     return tuple(out)
 

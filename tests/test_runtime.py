@@ -394,8 +394,11 @@ def test_program_runs_the_committed_kernel_only(kernels):
 def test_dispatch_stage_over_a_pending_rollback_keeps_history(kernels):
     table = DispatchTable(capacity=4)
     k1, k2 = kernels["rms"], kernels["rms_generic"]
-    k3 = build([s for s in get_op("rms_norm").specs("F32", NATIVE, K=K, eps=1e-6)
-                if s not in (k1.spec, k2.spec)][0], NATIVE)        # a third variant
+    # a third variant: another native one, or (where native has a single tile, as on
+    # AArch64) the generic family with twice its lanes
+    others = [s for s in get_op("rms_norm").specs("F32", NATIVE, K=K, eps=1e-6)
+              if s not in (k1.spec, k2.spec)]
+    k3 = build(others[0] if others else k2.spec.with_params(vl=2 * k2.spec.p["vl"]), NATIVE)
     slot = table.add("blk.1.attn_norm", k1)
     table.stage(slot, k2)
     table.commit()                                        # live k2, history [k1]

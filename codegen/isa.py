@@ -185,14 +185,17 @@ def host_isa(arch: str, host_cpu: str, llvm_features: str, level: str | None = N
     return dataclasses.replace(isa, os_features=os_feats, sve_bits=sve_bits)
 
 
+@functools.lru_cache(maxsize=1)
+def _os_inputs() -> dict:
+    from .isa_arm import read_os
+    return read_os()
+
+
 @functools.lru_cache(maxsize=None)
 def detect(level: str | None = None) -> ISA:
     """This machine's ISA, at `level`, else $REAME_ISA, else its highest level."""
     host_cpu, host_features = _host()
     arch = normalize_arch(platform.machine())
-    os_inputs = None
-    if arch == "aarch64":
-        from .isa_arm import read_os
-        os_inputs = read_os()
+    os_inputs = _os_inputs() if arch == "aarch64" else None
     return host_isa(arch, host_cpu, host_features, level or os.environ.get("REAME_ISA"),
                     os_inputs)

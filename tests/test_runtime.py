@@ -510,8 +510,8 @@ def _function_asm(asm: str, name: str) -> str:
 def test_aarch64_runtime_reads_the_generic_timer():
     """The runtime compiled for AArch64 (a recorded Neoverse N1, on any host): op times come
     from CNTVCT_EL0 (the counter read around every timed kernel call and exported for
-    calibration) and the frequency from CNTFRQ_EL0. Catches llvm.readsteadycounter, which LLVM 22 lowers to
-    `mov x0, xzr` there (a counter stuck at 0: slot_stats divided by zero)."""
+    calibration) and the frequency from CNTFRQ_EL0. Catches llvm.readsteadycounter, which
+    LLVM 22 lowers to `mov x0, xzr` there (a counter stuck at 0: slot_stats divided by 0)."""
     import llvmlite.binding as llvm
 
     from reame.codegen.compiler import LLVM_LOCK

@@ -12,7 +12,8 @@ On AArch64 the features come from the operating system as well (codegen/isa_arm.
 
 A level can be forced lower (never higher) with REAME_ISA=<level> or `--isa`, so every variant is
 built and tested on one machine. A forced level compiles for a generic CPU of that level
-(x86-64, x86-64-v3, x86-64-v4 + extensions), so its code cannot use instructions of a higher one.
+(x86-64, x86-64-v3, x86-64-v4 + extensions; AArch64 generic + the level's features), so its code
+cannot use instructions of a higher one.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import platform
 from dataclasses import dataclass
 
 from reame.errors import ReameError
+
 
 class UnsupportedLevel(ReameError, ValueError):
     """An ISA level (or a kernel built for one) that this CPU or its architecture lacks. Raised
@@ -156,7 +158,7 @@ def _make(arch, levels, level, host_cpu, host_features) -> ISA:
                                f"(levels of {arch}: {', '.join(known)})")
     if level not in levels:
         raise UnsupportedLevel(f"ISA level {level!r} is not available on this CPU "
-                         f"(available: {', '.join(levels)})")
+                               f"(available: {', '.join(levels)})")
     if level == levels[-1]:             # native: tune for the exact host
         cpu, feats = host_cpu, host_features
     else:

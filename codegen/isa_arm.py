@@ -52,7 +52,8 @@ def hwcap_features(hwcap: int, hwcap2: int) -> set[str]:
 def facts(llvm_features: str, cpuinfo: str | None = None, hwcap: int | None = None,
           hwcap2: int | None = None, sve_bits: int = 0) -> ArmFacts:
     """What an AArch64 host can run, from recorded inputs. HWCAP wins (it is what the kernel
-    enables for this process), then /proc/cpuinfo, then LLVM's own host features alone. The
+    enables for this process; under qemu-user, what the emulated CPU has, while /proc/cpuinfo
+    is the host's), then /proc/cpuinfo, then LLVM's own host features alone. The
     LLVM string gains `+feature` for every OS feature (and loses a `-feature` LLVM reported
     for it); features LLVM knows and the OS does not mention are kept as they are."""
     if hwcap:

@@ -38,6 +38,10 @@ def cmd_codegen(args) -> int:
         d = isa.describe()
         print(f"CPU: {d['model']} ({d['host_cpu']}), levels: {', '.join(d['levels'])}; "
               f"building for {isa.level} ({isa.vector_bits}-bit vectors)")
+        if isa.arch == "aarch64":
+            sve = f"SVE {d['sve_bits']}-bit" if d["sve_bits"] else "no SVE"
+            print(f"OS features: {' '.join(d['os_features']) or '-'}; {sve}; LLVM target "
+                  f"features: {','.join(d['target_features']) or '-'}")
         for name, op in registry.ops().items():
             print(f"\n{name}: {op.doc}")
             for v in op.variants:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .compiler import KERNEL_CFUNC, Compiler, get_compiler
-from .isa import ISA, detect
+from .isa import ISA, UnsupportedLevel, detect
 from .spec import KernelSpec, render
 
 
@@ -59,9 +59,31 @@ def pack_args(words) -> np.ndarray:
     return out
 
 
+def check_buildable(spec: KernelSpec, isa: ISA) -> None:
+    """Raise UnsupportedLevel unless `isa`'s machine can run `spec`: its level is one of the
+    machine's levels, and its family's lowest level is at or below it (an AVX2 family on
+    AArch64, or a level above the host, would abort the process inside LLVM)."""
+    from .registry import ops
+    if spec.level not in isa.levels:
+        raise UnsupportedLevel(f"cannot build {spec.label()}: level {spec.level!r} is not "
+                               f"available on this {isa.arch} CPU "
+                               f"(available: {', '.join(isa.levels)})")
+    op = ops().get(spec.op)
+    needs = [v.min_level for v in op.variants if v.family == spec.family] if op else []
+    at = isa.levels.index(spec.level)
+    if needs and not any(n in isa.levels and isa.levels.index(n) <= at for n in needs):
+        need = needs[0]
+        where = (f"at level {spec.level!r}" if need in isa.levels
+                 else f"on this {isa.arch} CPU (levels: {', '.join(isa.levels)})")
+        raise UnsupportedLevel(f"cannot build {spec.label()}: family {spec.family!r} needs "
+                               f"level {need!r}, not available {where}")
+
+
 def build(spec: KernelSpec, isa: ISA | None = None, compiler: Compiler | None = None) -> Kernel:
-    """Render, compile (or load from the cache) and return a callable kernel."""
-    isa = isa or detect(spec.level)
+    """Render, compile (or load from the cache) and return a callable kernel. A spec this
+    machine cannot run raises UnsupportedLevel before anything is compiled."""
+    isa = isa or detect()
+    check_buildable(spec, isa)
     if isa.level != spec.level:
         isa = isa.at(spec.level)
     compiler = compiler or get_compiler(isa)

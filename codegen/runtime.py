@@ -38,17 +38,25 @@ _RUNTIME: dict = {}
 _LOCK = threading.Lock()
 
 
+RUNTIME_FUNCTIONS = ("run", "worker", "launch", "shutdown", "cycles", "hz")
+
+
+def runtime_ir(isa: ISA, system: str) -> tuple[str, str]:
+    """(symbol prefix, IR) of the runtime for `isa` on an OS (platform.system() spelling)."""
+    osname = "linux" if system == "Linux" else system.lower()
+    tpl = environment().get_template("runtime_generic.ll.j2")
+    probe = tpl.render(p={"prefix": "__RT__", "os": osname}, isa=isa)
+    prefix = "reame_rt_" + hashlib.sha256(probe.encode()).hexdigest()[:12]
+    return prefix, probe.replace("__RT__", prefix)
+
+
 def _runtime(isa: ISA) -> dict[str, int]:
     """Compile (once per process) the runtime functions; returns name -> address."""
     with _LOCK:
         if isa in _RUNTIME:
             return _RUNTIME[isa]
-        osname = "linux" if platform.system() == "Linux" else platform.system().lower()
-        tpl = environment().get_template("runtime_generic.ll.j2")
-        probe = tpl.render(p={"prefix": "__RT__", "os": osname}, isa=isa)
-        prefix = "reame_rt_" + hashlib.sha256(probe.encode()).hexdigest()[:12]
-        ir = probe.replace("__RT__", prefix)
-        names = [f"{prefix}_{n}" for n in ("run", "worker", "launch", "shutdown", "cycles")]
+        prefix, ir = runtime_ir(isa, platform.system())
+        names = [f"{prefix}_{n}" for n in RUNTIME_FUNCTIONS]
         addrs = get_compiler(isa).compile(ir, names)
         _RUNTIME[isa] = {n.rsplit("_", 1)[1]: addrs[n] for n in names}
         return _RUNTIME[isa]
@@ -85,16 +93,24 @@ _CYCLE_HZ: float | None = None
 
 
 def cycle_hz() -> float:
-    """Ticks per second of the counter the runtime samples op times with."""
+    """Ticks per second of the counter the runtime samples op times with: the frequency the
+    hardware states (AArch64: CNTFRQ_EL0), else measured against perf_counter over 50 ms (the
+    TSC). 0.0 if the counter does not tick (callers must not divide by it)."""
     global _CYCLE_HZ
     if _CYCLE_HZ is None:
-        import time
-        read = ctypes.CFUNCTYPE(ctypes.c_int64)(_runtime(detect("generic"))["cycles"])
-        c0, t0 = read(), time.perf_counter()
-        time.sleep(0.05)
-        c1, t1 = read(), time.perf_counter()
-        _CYCLE_HZ = (c1 - c0) / (t1 - t0)
+        rt = _runtime(detect("generic"))
+        stated = ctypes.CFUNCTYPE(ctypes.c_int64)(rt["hz"])()
+        _CYCLE_HZ = float(stated) if stated > 0 else _measure_hz(rt["cycles"])
     return _CYCLE_HZ
+
+
+def _measure_hz(cycles_addr: int, seconds: float = 0.05) -> float:
+    import time
+    read = ctypes.CFUNCTYPE(ctypes.c_int64)(cycles_addr)
+    c0, t0 = read(), time.perf_counter()
+    time.sleep(seconds)
+    c1, t1 = read(), time.perf_counter()
+    return max(0.0, (c1 - c0) / (t1 - t0))
 
 
 class NativePool:

@@ -211,9 +211,11 @@ class DispatchTable:
         out = []
         for s in self.slots:
             calls, cyc = (int(x) for x in self.stats[s.index])
+            secs = cyc / hz if hz > 0 else 0.0        # a counter that does not tick: no times
             out.append({"slot": s.name, "kernel": s.kernel.spec.label(), "calls": calls,
-                        "seconds": cyc / hz,      # thread-seconds inside the kernel
-                        "mean_us": cyc / hz / calls * 1e6 if calls else 0.0})
+                        "cycles": cyc,
+                        "seconds": secs,          # thread-seconds inside the kernel
+                        "mean_us": secs / calls * 1e6 if calls else 0.0})
         return out
 
     def reset_stats(self) -> None:

@@ -76,13 +76,36 @@ def isa_at(level: str):
     return isa if level == "native" else isa.at(level)
 
 
+# the first SIMD level of each architecture: kernels are tested there besides native and generic
+SIMD_BASE = {"x86_64": "avx2", "aarch64": "neon"}
+
+
+def simd_base() -> str:
+    """This architecture's first SIMD level ("generic" where Reame knows none)."""
+    from reame.codegen.isa import detect
+    return SIMD_BASE.get(detect().arch, "generic")
+
+
+def host_levels() -> tuple[str, ...]:
+    """The levels kernel tests run at on this machine: "native" (its level), the first SIMD
+    level of its architecture (avx2 on x86-64, neon on AArch64) and generic, each where the
+    machine may run it and once (a level equal to native is native)."""
+    from reame.codegen.isa import detect
+    isa = detect()
+    out = ["native"]
+    for level in (simd_base(), "generic"):
+        if level != isa.level and isa.has(level) and level not in out:
+            out.append(level)
+    return tuple(out)
+
+
 def variant_levels(variant) -> list[str]:
-    """The levels a kernel variant is tested at: native, avx2, generic and the variant's own
-    lowest level, where this machine can build it."""
+    """The levels a kernel variant is tested at: the host's levels (host_levels) and the
+    variant's own lowest level, where this machine can build it."""
     from reame.codegen.isa import detect
     isa = detect()
     out = []
-    for level in ("native", "avx2", "generic", variant.min_level):
+    for level in (*host_levels(), variant.min_level):
         name = isa.level if level == "native" else level
         if level in out or name not in isa.levels or (level != "native" and name == isa.level):
             continue
@@ -129,6 +152,8 @@ def check_every_tile_native(variants, make_spec, case, want, tolerance, threads=
     from reame.codegen.kernels import build
     rtol, atol = tolerance
     for v in variants:
+        if not v.usable(detect()):          # e.g. the x86 families on AArch64
+            continue
         for tile in v.tiles:
             spec = make_spec(v.family, tile)
             for nth in threads:

@@ -10,6 +10,7 @@ import json
 import math
 import random
 import time
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -365,6 +366,17 @@ def test_saved_parameters_never_exceed_this_servers_limits(model, tmp_path):
     params = SchedulerParams(max_batch=4)
     AdaptiveRuntime(eng, params, state_dir=tmp_path).load()
     assert (params.max_batch, params.token_budget) == (4, 512)
+
+
+def test_hot_classes_with_a_counter_of_unknown_rate(monkeypatch):
+    """cycle_hz() of 0 (a counter whose rate is unknown): the classes are still ranked by their
+    share of the sampled cycles, no ZeroDivisionError. Catches KernelTuner.hot dividing unguarded."""
+    import reame.adaptive.tuner as tuner_mod
+    monkeypatch.setattr(tuner_mod, "cycle_hz", lambda: 0.0)
+    stats = np.array([[1, 10], [1, 300], [1, 90]], np.int64)
+    classes = {n: SimpleNamespace(slots=[i], seconds=0.0) for i, n in enumerate("abc")}
+    fake = SimpleNamespace(classes=classes, table=SimpleNamespace(stats=stats), min_share=0.05)
+    assert [c.slots for c in tuner_mod.KernelTuner.hot(fake)] == [[1], [2]]
 
 
 def test_promoting_a_variant_live_as_a_trial_records_it():

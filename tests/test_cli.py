@@ -16,6 +16,7 @@ import pytest
 from bench.synth import write_model
 from reame import __version__
 from reame.cli import main
+from conftest import simd_base
 
 PROMPT = "Once upon a time"
 
@@ -289,7 +290,7 @@ def test_version(capsys):
     assert rc == 0 and out == f"reame {__version__}\n" and err == ""
 
 
-@pytest.mark.parametrize("level", ["generic", "avx2"])
+@pytest.mark.parametrize("level", ["generic", simd_base()])
 def test_generate_isa_flag_builds_lower_level_kernels(capsys, monkeypatch, stories, first_case,
                                                       level):
     import os

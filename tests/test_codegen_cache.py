@@ -31,6 +31,7 @@ from reame.codegen.isa import detect
 from reame.codegen.kernels import Kernel, build
 from reame.codegen.registry import get_op
 from reame.codegen.spec import KernelSpec, render
+from conftest import simd_base
 
 HOST = detect()
 X86 = HOST.arch == "x86_64"
@@ -107,7 +108,7 @@ N_CHILD = 4
 
 
 def run_child(cache_dir) -> dict:
-    high = "avx2" if "avx2" in HOST.levels else "generic"
+    high = simd_base() if simd_base() in HOST.levels else "generic"
     env = {**os.environ, "REAME_CACHE_DIR": str(cache_dir)}
     env.pop("REAME_ISA", None)
     r = subprocess.run([sys.executable, "-c", f"HIGH = {high!r}\n" + CHILD], env=env,
@@ -287,9 +288,10 @@ def test_symbols_are_stable_and_distinct():
     s3, _ = render(RMS64.with_params(eps=1e-5), isa)
     assert len({s1, s2, s3}) == 3
     assert s1.startswith("reame_rms_norm_F32_generic_generic_") and len(s1.rsplit("_", 1)[1]) == 12
-    if "avx2" in HOST.levels:
-        at_avx2 = dataclasses.replace(RMS64, level="avx2")
-        assert render(at_avx2, detect("avx2"))[0].startswith("reame_rms_norm_F32_generic_avx2_")
+    simd = simd_base()
+    if simd in HOST.levels and simd != "generic":
+        at_simd = dataclasses.replace(RMS64, level=simd)
+        assert render(at_simd, detect(simd))[0].startswith(f"reame_rms_norm_F32_generic_{simd}_")
 
 
 def test_two_kernels_in_one_process_never_shadow_each_other(tmp_path):

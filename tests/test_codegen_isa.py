@@ -12,10 +12,12 @@ import pytest
 
 from reame.codegen import isa as isa_mod
 from reame.codegen.compiler import Compiler
-from reame.codegen.isa import ARM_LEVELS, X86_LEVELS, detect, supported_levels
+from reame.codegen.isa import ARM_LEVELS, X86_LEVELS, UnsupportedLevel, detect, supported_levels
+from reame.codegen.kernels import build, check_buildable
 from reame.codegen.registry import get_op
 from reame.codegen.runtime import default_threads
-from reame.codegen.spec import render
+from reame.codegen.spec import KernelSpec, render
+from reame.errors import ReameError
 
 AVX2 = "+avx,+avx2,+fma,+f16c,+sse4.2"
 AVX512 = AVX2 + ",+avx512f,+avx512bw,+avx512vl,+avx512dq,+avx512cd"
@@ -71,7 +73,9 @@ def test_other_architectures_are_generic_only():
 # ---- forcing levels ----
 
 def test_host_levels_are_consistent():
-    assert HOST.levels == supported_levels(HOST.arch, isa_mod._host()[1])
+    assert HOST.levels == supported_levels(HOST.arch, HOST.host_features)
+    if HOST.arch != "aarch64":             # the OS adds features on AArch64 only
+        assert HOST.host_features == isa_mod._host()[1]
     assert HOST.level in HOST.levels
     assert HOST.has("generic") and HOST.has(HOST.level)
     assert HOST.f32_lanes * 32 == HOST.vector_bits
@@ -87,7 +91,7 @@ def test_forced_levels(level):
     assert all(not forced.has(h) for h in higher)
     assert all(forced.has(lo) for lo in HOST.levels[:HOST.levels.index(level) + 1])
     if level == HOST.levels[-1]:
-        assert (forced.cpu_name, forced.features) == (HOST.host_cpu, isa_mod._host()[1])
+        assert (forced.cpu_name, forced.features) == (HOST.host_cpu, HOST.host_features)
     elif X86:          # a forced level targets a generic CPU of that level, not the host
         want = {"generic": "x86-64", "avx2": "x86-64-v3"}.get(level, "x86-64-v4")
         assert forced.cpu_name == want
@@ -186,6 +190,57 @@ def test_generic_level_assembly_has_no_ymm_or_zmm():
 def test_avx512_level_assembly_uses_zmm():
     # the positive control: the same check would see zmm registers where they are allowed
     assert "zmm" in _asm("avx512", "matmul", "Q8_0", "avx512", M=64, K=64)
+
+
+# ---- refusing what the target lacks, before LLVM sees it ----
+
+class _NoCompiler:
+    """Stands for LLVM: a refused spec must never get here (LLVM aborts the whole process on an
+    instruction the target lacks, e.g. "Do not know how to split the result of this operator")."""
+
+    def compile(self, ir, symbols):
+        raise AssertionError(f"{symbols} reached LLVM")
+
+
+AVX2_CPU = isa_mod._make("x86_64", supported_levels("x86_64", AVX2), "avx2", "haswell", AVX2)
+N1_CPU = isa_mod.host_isa("aarch64", "neoverse-n1", "+neon",      # asimd, asimddp: no i8mm, sve
+                          os_inputs={"hwcap": 0x10119FFF, "hwcap2": 0})
+
+
+@pytest.mark.parametrize("cpu,op,family,level,why", [
+    (N1_CPU, "matmul", "avx2", "neon", "family 'avx2' needs level 'avx2', not available on this "
+                                       "aarch64 CPU"),
+    (N1_CPU, "rms_norm", "generic", "avx2", "level 'avx2' is not available on this aarch64 CPU"),
+    (N1_CPU, "rms_norm", "generic", "i8mm", r"level 'i8mm' is not available .*dotprod\)"),
+    (AVX2_CPU, "rms_norm", "generic", "neon", "level 'neon' is not available on this x86_64"),
+    (AVX2_CPU, "matmul", "avx512", "avx512", "level 'avx512' is not available on this x86_64"),
+    (AVX2_CPU, "matmul", "avx512", "avx2", "family 'avx512' needs level 'avx512'"),
+], ids=["x86-family-on-arm", "x86-level-on-arm", "above-n1", "arm-level-on-x86",
+        "above-avx2", "family-above-its-level"])
+def test_build_refuses_what_the_target_lacks(cpu, op, family, level, why):
+    """Recorded CPUs on any host: another architecture's level or family, a level above the
+    CPU, a family above the spec's level: a ReameError naming the spec, before compiling.
+    Catches checking the level alone (an AVX2 family at level neon passes that), the family
+    alone, or leaving it to LLVM."""
+    spec = KernelSpec.make(op, "F32", family, level, K=64)
+    with pytest.raises(UnsupportedLevel, match=why) as err:
+        build(spec, cpu, compiler=_NoCompiler())
+    assert isinstance(err.value, ReameError) and spec.label() in str(err.value)
+
+
+def test_build_refuses_the_other_architecture_on_this_host():
+    """On this machine, with the default target: a level of the other architecture."""
+    other = "neon" if X86 else "avx2"
+    with pytest.raises(UnsupportedLevel, match=f"level '{other}' is not available"):
+        build(KernelSpec.make("rms_norm", "F32", "generic", other, K=64),
+              compiler=_NoCompiler())
+
+
+@pytest.mark.parametrize("family,level", [("generic", "generic"), ("generic", "neon"),
+                                          ("generic", "dotprod")])
+def test_what_the_target_has_is_not_refused(family, level):
+    """The control: generic families at N1's levels pass the check (no refusal of everything)."""
+    check_buildable(KernelSpec.make("rms_norm", "F32", family, level, K=64), N1_CPU)
 
 
 # ---- threads ----

@@ -205,6 +205,28 @@ def test_batched_decode_equals_one_by_one(q8_model, int_dot):
         eng.close()
 
 
+def test_every_kernel_is_timed(q8_model):
+    """Sampling on, one prefill and one decode step: every op of both programs is counted once
+    per step and has a positive time, in cycles and in seconds. Catches a runtime counter that
+    does not tick on this architecture (AArch64's readsteadycounter was always 0) or a
+    frequency of 0, and ops of a program the sampling skips."""
+    eng = JITEngine(q8_model, n_ctx=64, max_seqs=2, threads=2)
+    try:
+        eng.sample_every = 1
+        toks = np.random.default_rng(4).integers(0, q8_model.config.n_vocab, 9)
+        eng.forward(Batch.prefill(toks, 0, 0))
+        eng.forward(Batch.decode([int(toks[0])], [len(toks)], [0]))
+        run = {eng._bucket_of[len(toks)], eng._bucket_of[1]}
+        assert len(run) == 2
+        slots = {s for b in run for s in eng.programs[b].slots}
+        rows = {r["slot"]: r for r in eng.table.slot_stats()}
+        for s in slots:
+            r = rows[eng.table.slots[s].name]
+            assert r["calls"] == 1 and r["cycles"] > 0 and r["seconds"] > 0, r
+    finally:
+        eng.close()
+
+
 def test_f16_kv_cache_close_to_reference(q8_model):
     toks = np.random.default_rng(3).integers(0, q8_model.config.n_vocab, 64)
     ref = ReferenceEngine(q8_model, n_ctx=64, max_seqs=1, kv_dtype="f16")

@@ -1,6 +1,6 @@
 """Attention kernels (attn_decode, attn_prefill) against the float64 reference of reame's
-attention loop: every variant x tile at the native, avx2 and generic levels; f32 and f16 caches;
-paged caches with blocks of 16, 32 and 64 positions (scattered blocks, one shared by two
+attention loop: every variant x tile at the native, avx2|neon and generic levels; f32 and f16
+caches; paged caches with blocks of 16, 32 and 64 positions (scattered blocks, one shared by two
 slots) and the contiguous layout; GQA ratios 1, 2 and 7; head sizes 8, 20/12 (D != Dv), 32, 64,
 80, 128; 1/2/3 threads.
 Decode: random positions and slots (including position 0 and the last cache row). Prefill:
@@ -17,9 +17,9 @@ from reame.codegen.isa import detect
 from reame.codegen.kernels import build
 from reame.codegen.ops.attn_decode import case_reference, make_attention_case, reference
 from reame.codegen.registry import get_op
-from conftest import isa_at as _isa
+from conftest import host_levels, isa_at as _isa
 
-LEVELS = ("native", "avx2", "generic")
+LEVELS = host_levels()
 
 # (H, Hkv, D, Dv, kv): GQA ratio 7, 2, 1, 7, 1 (D != Dv), 2
 SHAPES = [(14, 2, 64, 64, "f16"), (4, 2, 32, 32, "f32"), (2, 2, 8, 8, "f16"),

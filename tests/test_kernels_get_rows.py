@@ -1,5 +1,5 @@
 """Property tests of get_rows (embedding lookup): every type, every variant, at the native, forced
-avx2 and generic levels, ragged K for float types, n in {1, 7, 30}, 1/2/3 threads. The
+avx2|neon and generic levels, ragged K for float types, n in {1, 7, 30}, 1/2/3 threads. The
 dequantisation macros repeat gguf's float32 operations, so the result must be bit-identical."""
 
 from __future__ import annotations
@@ -12,10 +12,11 @@ from reame.codegen.kernels import build, pack_args
 from reame.codegen.registry import get_op
 from reame.tensor_types import TENSOR_TYPES
 from reame.codegen.spec import KernelSpec
+from conftest import host_levels
 
 OP = get_op("get_rows")
 ISA = detect()
-LEVELS = [ISA.level] + [lv for lv in ("avx2", "generic") if ISA.has(lv) and lv != ISA.level]
+LEVELS = [ISA.level if lv == "native" else lv for lv in host_levels()]
 
 
 def k_for(dtype: str) -> int:
@@ -50,7 +51,7 @@ def test_f16_special_values(level):
                      3e-5, 1.0, -2.5, 0.333, 1e-7, 4.0], dtype=np.float16)
     K = len(vals)
     isa = ISA.at(level)
-    lanes = {"generic": 4, "avx2": 8}.get(level, 16)
+    lanes = isa.f32_lanes
     spec = KernelSpec.make("get_rows", "F16", "generic", level, vl=lanes, K=K)
     kernel = build(spec, isa)
     w = vals.reshape(1, K).view(np.uint8).copy()

@@ -1,5 +1,5 @@
 """Property tests of the float-path matmul: every variant x tile, every tensor type, at the native,
-forced avx2 and generic levels, on ragged shapes, 1/2/3 threads, y = and y +=, against
+forced avx2|neon and generic levels, on ragged shapes, 1/2/3 threads, y = and y +=, against
 gguf.quants.dequantize + float64 numpy.
 
 Shapes: M = 37 (not a multiple of any row tile, so the last thread gets a partial tile and with
@@ -20,10 +20,11 @@ from reame.codegen.isa import detect
 from reame.codegen.kernels import build
 from reame.codegen.registry import get_op
 from reame.tensor_types import TENSOR_TYPES
+from conftest import host_levels
 
 OP = get_op("matmul")
 ISA = detect()
-LEVELS = [ISA.level] + [lv for lv in ("avx2", "generic") if ISA.has(lv) and lv != ISA.level]
+LEVELS = [ISA.level if lv == "native" else lv for lv in host_levels()]
 M = 37
 NS = (1, 7, 30)
 THREADS = (1, 2, 3)

@@ -1,6 +1,6 @@
 """matmul_q8k (K-quant weights x Q8K activations) against dequant(W) @ dequant(xq)^T in float64
 (gguf.quants.dequantize for the weights, codegen/q8k.py for the activations): every variant x
-tile at the native, avx2 and generic levels where it runs (and avx512_vnni: the vnni family
+tile at the native, avx2|neon and generic levels where it runs (and avx512_vnni: the vnni family
 without GFNI), ragged M (fewer rows than threads), superblock counts with a u=2 remainder and a
 lone superblock, token counts with partial tiles, acc 0/1, 1/2/3 threads; long rows; f16 edge
 scales; extreme activations; the tolerance's tightness; the quantize_q8k -> matmul_q8k chain; the
@@ -23,6 +23,7 @@ from reame.codegen.registry import get_op
 from reame.codegen.spec import KernelSpec
 from conftest import check_every_tile_native
 from conftest import guarded_bytes
+from conftest import host_levels
 from conftest import isa_at as _isa
 from conftest import type_variant_params
 from conftest import variant_levels as _levels
@@ -80,7 +81,7 @@ def test_long_rows_native(dtype):
 
 
 def _all_native_and_low(M, K, acc=0):
-    for level in ("native", "avx2", "generic"):
+    for level in host_levels():
         for v in OP.variants:
             if _isa(level).has(v.min_level):
                 for tile in v.tiles:
@@ -112,7 +113,7 @@ def test_f16_edge_scales_and_extreme_activations(dtype):
     case.buffers["xq"][...] = q8k.quantize_rows(x)
     want = OP.reference(spec0, case)["y"]
     rtol, atol = mk.TOLERANCE[dtype]
-    for level in ("native", "avx2", "generic"):
+    for level in host_levels():
         for v in OP.variants:
             if not _isa(level).has(v.min_level):
                 continue

@@ -1,5 +1,5 @@
 """quantize_q8 (f32 -> Q8A) must match codegen/q8a.quantize_rows bit for bit: every variant at the
-native, avx2 and generic levels, ragged row counts, 1/2/3 threads (uneven block splits)."""
+native, avx2|neon and generic levels, ragged row counts, 1/2/3 threads (uneven block splits)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ from reame.codegen import q8a
 from reame.codegen.isa import detect
 from reame.codegen.kernels import build
 from reame.codegen.registry import get_op
-from conftest import isa_at as _isa
+from conftest import host_levels, isa_at as _isa
 
 OP = get_op("quantize_q8")
-LEVELS = ("native", "avx2", "generic")
+LEVELS = host_levels()
 KS = (32, 224, 1056)          # 1 block, 7 blocks (odd), 33 blocks
 
 

@@ -1,6 +1,6 @@
 """quantize_q8k (f32 -> Q8K) must match codegen/q8k.quantize_rows bit for bit: every variant at
-the native, avx2 and generic levels, ragged row counts, 1/2/3 threads (uneven superblock splits),
-hard values; and the format itself (dequantisation, sums) against its definition."""
+the native, avx2|neon and generic levels, ragged row counts, 1/2/3 threads (uneven superblock
+splits), hard values; and the format itself (dequantisation, sums) against its definition."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from reame.codegen import q8k
 from reame.codegen.isa import detect
 from reame.codegen.kernels import build
 from reame.codegen.registry import get_op
-from conftest import isa_at as _isa
+from conftest import host_levels, isa_at as _isa
 
 OP = get_op("quantize_q8k")
-LEVELS = ("native", "avx2", "generic")
+LEVELS = host_levels()
 KS = (256, 768, 2304)          # 1, 3, 9 superblocks
 
 

@@ -16,6 +16,7 @@ atomic with respect to a commit from the engine thread.
 
 from __future__ import annotations
 
+import re
 import threading
 
 import numpy as np
@@ -393,8 +394,11 @@ def test_program_runs_the_committed_kernel_only(kernels):
 def test_dispatch_stage_over_a_pending_rollback_keeps_history(kernels):
     table = DispatchTable(capacity=4)
     k1, k2 = kernels["rms"], kernels["rms_generic"]
-    k3 = build([s for s in get_op("rms_norm").specs("F32", NATIVE, K=K, eps=1e-6)
-                if s not in (k1.spec, k2.spec)][0], NATIVE)        # a third variant
+    # a third variant: another native one, or (where native has a single tile, as on
+    # AArch64) the generic family with twice its lanes
+    others = [s for s in get_op("rms_norm").specs("F32", NATIVE, K=K, eps=1e-6)
+              if s not in (k1.spec, k2.spec)]
+    k3 = build(others[0] if others else k2.spec.with_params(vl=2 * k2.spec.p["vl"]), NATIVE)
     slot = table.add("blk.1.attn_norm", k1)
     table.stage(slot, k2)
     table.commit()                                        # live k2, history [k1]
@@ -494,3 +498,67 @@ def test_rollback_is_atomic_with_commit(kernels):
     table.commit()
     s = table.slots[slot]
     assert s.kernel is k1 and s.history == [] and not s.rolling_back, s.history
+
+
+# ---- the cycle counter on every architecture ----
+
+def _function_asm(asm: str, name: str) -> str:
+    start = asm.index(f"\n{name}:")
+    return asm[start:asm.index(".Lfunc_end", start)]
+
+
+def test_aarch64_runtime_reads_the_generic_timer():
+    """The runtime compiled for AArch64 (a recorded Neoverse N1, on any host): op times come
+    from CNTVCT_EL0 (the counter read around every timed kernel call and exported for
+    calibration) and the frequency from CNTFRQ_EL0. Catches llvm.readsteadycounter, which
+    LLVM 22 lowers to `mov x0, xzr` there (a counter stuck at 0: slot_stats divided by 0)."""
+    import llvmlite.binding as llvm
+
+    from reame.codegen.compiler import LLVM_LOCK
+    from reame.codegen.isa import host_isa
+    from reame.codegen.runtime import runtime_ir
+    isa = host_isa("aarch64", "neoverse-n1", "+neon",
+                   os_inputs={"hwcap": 0x10119FFF, "hwcap2": 0})
+    prefix, ir = runtime_ir(isa, "Linux")
+    with LLVM_LOCK:
+        llvm.initialize_all_targets()
+        llvm.initialize_all_asmprinters()
+        tm = llvm.Target.from_triple("aarch64-unknown-linux-gnu").create_target_machine(
+            cpu=isa.cpu_name, features=isa.features, opt=3)
+        mod = llvm.parse_assembly(ir)
+        mod.triple = tm.triple
+        mod.verify()
+        asm = tm.emit_assembly(mod)
+    cycles = _function_asm(asm, "cycles")          # what the timed kernel calls and _cycles use
+    assert re.search(r"mrs\s+x0, CNTVCT_EL0", cycles) and "xzr" not in cycles
+    assert re.search(r"bl\s+cycles\b", _function_asm(asm, f"{prefix}_cycles"))
+    assert re.search(r"mrs\s+x\d+, CNTFRQ_EL0", _function_asm(asm, f"{prefix}_hz"))
+
+
+def test_cycle_hz_converts_the_counter_to_seconds():
+    """cycle_hz() (the stated frequency on AArch64, measured on x86) turns counter ticks into
+    seconds within 25% of perf_counter. Catches a counter that does not tick, or a frequency
+    off by a factor (say CNTFRQ taken as kHz)."""
+    import ctypes
+    import time
+
+    from reame.codegen.runtime import _runtime, cycle_hz
+    read = ctypes.CFUNCTYPE(ctypes.c_int64)(_runtime(detect("generic"))["cycles"])
+    hz = cycle_hz()
+    assert hz > 0
+    c0, t0 = read(), time.perf_counter()
+    time.sleep(0.1)
+    c1, t1 = read(), time.perf_counter()
+    assert (c1 - c0) / hz == pytest.approx(t1 - t0, rel=0.25)
+
+
+def test_slot_stats_with_a_counter_that_does_not_tick(kernels, monkeypatch):
+    """A counter of frequency 0 gives zero times, not ZeroDivisionError (bench.engine crashed
+    on AArch64). Catches slot_stats dividing by the frequency unguarded."""
+    import reame.dispatch as dispatch
+    net = Net(kernels, CHAIN)
+    net.table.stats[:len(net.ops)] = (3, 1000)
+    monkeypatch.setattr(dispatch, "cycle_hz", lambda: 0.0)
+    rows = net.table.slot_stats()
+    assert [(r["calls"], r["cycles"], r["seconds"], r["mean_us"]) for r in rows] == \
+        [(3, 1000, 0.0, 0.0)] * len(net.ops)

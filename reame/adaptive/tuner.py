@@ -108,7 +108,7 @@ class KernelTuner:
 
     def hot(self) -> list[SlotClass]:
         """Classes by sampled time, hottest first (those above min_share of the total)."""
-        hz = cycle_hz()
+        hz = cycle_hz() or 1.0        # a counter of unknown rate still ranks classes by share
         for c in self.classes.values():
             c.seconds = float(self.table.stats[c.slots, 1].sum()) / hz
         total = sum(c.seconds for c in self.classes.values()) or 1.0

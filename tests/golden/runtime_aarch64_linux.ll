@@ -29,8 +29,11 @@ define internal void @relax() alwaysinline {
   ret void
 }
 
+; x86: the TSC; AArch64: the generic timer's virtual count CNTVCT_EL0 (LLVM lowers
+; readcyclecounter to `mrs CNTVCT_EL0` there, while readsteadycounter became `mov x0, xzr`: a
+; counter stuck at 0). Its frequency is CNTFRQ_EL0 (@hz below); 0 means "calibrate".
 define internal i64 @cycles() alwaysinline {
-  %c = call i64 @llvm.readsteadycounter()
+  %c = call i64 @llvm.readcyclecounter()
   ret i64 %c
 }
 
@@ -350,6 +353,13 @@ entry:
   ret i64 %c
 }
 
+; ticks per second of @cycles when the hardware says (AArch64: CNTFRQ_EL0), else 0
+define i64 @__RT___hz() {
+entry:
+  %f = call i64 @llvm.read_volatile_register.i64(metadata !0)
+  ret i64 %f
+}
+
 ; stop the workers (they return from _worker)
 define void @__RT___shutdown(ptr %ctl) {
 entry:
@@ -361,5 +371,8 @@ entry:
 
 declare i32 @sched_yield()
 declare i64 @syscall(i64, ...)
+declare i64 @llvm.readcyclecounter()
 declare void @llvm.aarch64.hint(i32)
-declare i64 @llvm.readsteadycounter()
+declare i64 @llvm.read_volatile_register.i64(metadata)
+
+!0 = !{!"cntfrq_el0"}

@@ -2,7 +2,8 @@
 
     python -m bench.engine [--models qwen2-0.5b:Q8_0,tinyllama-1.1b:Q4_K_M] [--threads 2]
                            [--prompt 512] [--gen 128] [--batches 1,4,8] [--rounds 2]
-                           [--llama-python PATH] [--json PATH] [--markdown docs/benchmarks.md]
+                           [--llama-python PATH | --llama-bench PATH] [--json PATH]
+                           [--markdown docs/benchmarks.md]
 
 Per model (a synthetic GGUF from bench/synth.py, written once and cached):
 - Reame in fresh processes: cold start (empty kernel cache) and warm start (the cache filled by
@@ -11,7 +12,8 @@ Per model (a synthetic GGUF from bench/synth.py, written once and cached):
   outside kernels (Python, ctypes, launch and waits between ops: 1 - the kernel time summed over
   threads, sampled by the dispatch table, / (threads x wall time)), and peak RSS;
 - llama.cpp through llama-cpp-python (in this interpreter if it imports, else in
-  `--llama-python` / $REAME_LLAMA_PYTHON): prefill and decode tok/s on the same file, prompt
+  `--llama-python` / $REAME_LLAMA_PYTHON), or else through a llama-bench executable
+  (`--llama-bench` / $REAME_LLAMA_BENCH): prefill and decode tok/s on the same file, prompt
   and thread count.
 Measurements alternate between the two engines for `--rounds` rounds and keep each one's best,
 because this machine is shared and noisy; ratios are computed within one run. Before timing,
@@ -195,6 +197,30 @@ def llama_python(a) -> str | None:
     return None
 
 
+def llama_bench_binary(a) -> str | None:
+    """A llama-bench executable (--llama-bench / $REAME_LLAMA_BENCH), used when llama-cpp-python
+    is not importable (both are llama.cpp; llama-bench is what its own figures are made with)."""
+    cand = a.llama_bench or os.environ.get("REAME_LLAMA_BENCH")
+    return cand if cand and os.access(cand, os.X_OK) else None
+
+
+def run_llama_bench(binary: str, model: Path, a) -> dict:
+    """prefill and decode tok/s of one llama-bench run (-p prompt, -n gen, -r 1) on the file."""
+    env = {**os.environ, "LD_LIBRARY_PATH": str(Path(binary).parent)}
+    t0 = time.perf_counter()
+    r = subprocess.run([binary, "-m", str(model), "-p", str(a.prompt), "-n", str(a.gen),
+                        "-t", str(a.threads), "-r", "1", "-o", "json"], env=env,
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"llama-bench failed:\n{r.stderr[-3000:]}")
+    rows = json.loads(r.stdout)
+    pf = next(x["avg_ts"] for x in rows if x["n_prompt"] and not x["n_gen"])
+    dec = next(x["avg_ts"] for x in rows if x["n_gen"] and not x["n_prompt"])
+    return {"engine": "llama.cpp", "version": f"llama-bench {rows[0].get('build_commit', '?')}",
+            "threads": a.threads, "start_s": time.perf_counter() - t0, "prefill_tps": pf,
+            "decode_tps": dec}
+
+
 def best(runs: list[dict], key: str):
     vals = [r[key] for r in runs if key in r]
     return max(vals) if vals else None
@@ -208,6 +234,7 @@ def bench_model(spec: str, a) -> dict:
     print(f"== {shape} {mix}: {path} ({path.stat().st_size / 2**20:.0f} MiB, "
           f"ready in {time.perf_counter() - t:.1f} s)", flush=True)
     lpy = llama_python(a)
+    lbench = None if lpy else llama_bench_binary(a)
     cache = tempfile.mkdtemp(prefix="reame-bench-cache-")
     env = {"REAME_CACHE_DIR": cache}
     cold = run_worker(sys.executable, "reame", path, a, env, validate=not a.no_validate)
@@ -218,8 +245,9 @@ def bench_model(spec: str, a) -> dict:
         reame_runs.append(run_worker(sys.executable, "reame", path, a, env))
         print(f"   round {r + 1}: reame prefill {reame_runs[-1]['prefill_tps']:.1f} decode "
               f"{reame_runs[-1]['decode_tps']:.1f} tok/s", flush=True)
-        if lpy:
-            llama_runs.append(run_worker(lpy, "llama", path, a))
+        if lpy or lbench:
+            llama_runs.append(run_worker(lpy, "llama", path, a) if lpy
+                              else run_llama_bench(lbench, path, a))
             print(f"            llama.cpp prefill {llama_runs[-1]['prefill_tps']:.1f} decode "
                   f"{llama_runs[-1]['decode_tps']:.1f} tok/s", flush=True)
     warm = reame_runs[1:]
@@ -264,7 +292,9 @@ def markdown(results: list[dict], when: str) -> str:
              f"({results[0]['threads']} threads, ISA level {results[0]['isa']}, Reame "
              f"--act-type {act}); prompt "
              f"{results[0]['prompt']} tokens, decode {results[0]['gen']} tokens, best of the "
-             "rounds; llama.cpp through llama-cpp-python on the same file and threads.", "",
+             "rounds; llama.cpp (" + ", ".join(sorted({r["llama.cpp"]["version"] for r in results
+                                                       if r["llama.cpp"]}) or ["not run"])
+             + ") on the same file and threads.", "",
              "| model | Reame prefill tok/s | llama.cpp prefill | ratio | Reame decode tok/s | "
              "llama.cpp decode | ratio | batch 1 / 4 / 8 aggregate tok/s | batch-8 scaling | "
              "out-of-kernel share | cold / warm start s | peak RSS MiB (budget) |",
@@ -308,6 +338,8 @@ def main(argv=None) -> int:
     p.add_argument("--batches", default="1,4,8")
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--llama-python", default=None, help="a python that can import llama_cpp")
+    p.add_argument("--llama-bench", default=None,
+                   help="a llama-bench executable, used when llama_cpp is not importable")
     p.add_argument("--json", default=str(REPO / "bench" / "results" / "engine.json"))
     p.add_argument("--markdown", default=str(REPO / "docs" / "benchmarks.md"))
     p.add_argument("--no-validate", action="store_true")

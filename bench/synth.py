@@ -99,6 +99,11 @@ SHAPES: dict[str, Shape] = {
     # the real Q4_K_M files, whose attention and ffn_gate/up tensors are Q5_0).
     "qwen2-0.5b": Shape("qwen2", n_embd=896, n_layer=24, n_head=14, n_head_kv=2, n_ff=4864,
                         n_ctx=32768, rope_theta=1e6, rms_eps=1e-6, tied=True, vocab="qwen2"),
+    # Qwen3-30B-A3B with 4 of its 48 layers (128 experts, 8 per token, 768 wide): fits this
+    # machine while a decode step reads what the real model reads per layer
+    "qwen3-30b-a3b-4l": Shape("qwen3moe", n_embd=2048, n_layer=4, n_head=32, n_head_kv=4,
+                              n_ff=0, n_ctx=32768, head_dim=128, rope_theta=1e6, rms_eps=1e-6,
+                              n_expert=128, n_expert_used=8, n_ff_exp=768, vocab="qwen2"),
     "tinyllama-1.1b": Shape("llama", n_embd=2048, n_layer=22, n_head=32, n_head_kv=4, n_ff=5632,
                             n_ctx=2048, rms_eps=1e-5, vocab="llama-spm"),
 }

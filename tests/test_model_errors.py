@@ -78,10 +78,20 @@ def test_bad_head_counts(tmp_path):
     assert "not a multiple of head_count_kv 3" in load_error(p)
 
 
-def test_mixture_of_experts(tmp_path):
-    p = write_model(tmp_path / "m.gguf", "tiny-llama", vocab="none",
-                    metadata={"llama.expert_count": 8})
-    assert "mixture-of-experts" in load_error(p)
+@pytest.mark.parametrize("arch,metadata,want", [
+    ("llama", {"llama.expert_count": 8}, "expert_used_count 0 does not fit expert_count 8"),
+    ("llama", {"llama.expert_count": 8, "llama.expert_used_count": 9},
+     "expert_used_count 9 does not fit expert_count 8"),
+    ("phi3", {"phi3.expert_count": 8, "phi3.expert_used_count": 2},
+     "mixture-of-experts phi3 models are not supported"),
+    # an expert count on a file with a dense FFN: its experts' tensors are missing
+    ("llama", {"llama.expert_count": 8, "llama.expert_used_count": 2},
+     "missing tensor blk.0.ffn_gate_inp.weight"),
+])
+def test_mixture_of_experts_errors(tmp_path, arch, metadata, want):
+    shape = "tiny-phi3" if arch == "phi3" else "tiny-llama"
+    p = write_model(tmp_path / "m.gguf", shape, vocab="none", metadata=metadata)
+    assert want in load_error(p)
 
 
 def test_unsupported_rope_scaling(tmp_path):

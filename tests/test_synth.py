@@ -17,7 +17,8 @@ from reame.model import load_model
 from reame.reference import ReferenceEngine
 from conftest import shared_path
 
-TINY = ("tiny-llama", "tiny-qwen2", "tiny-qwen3", "tiny-phi3")
+TINY = ("tiny-llama", "tiny-qwen2", "tiny-qwen3", "tiny-phi3", "tiny-qwen3moe", "tiny-qwen2moe",
+        "tiny-mixtral")
 
 
 @pytest.fixture(scope="session")

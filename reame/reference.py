@@ -114,14 +114,24 @@ class ReferenceEngine:
                         and model.tensors[name].shape[0] % 256 == 0}
         self._step_tokens = 0
 
-    def linear(self, x: np.ndarray, name: str) -> np.ndarray:
-        """x @ W^T for the weight `name` (x [n, K] -> [n, rows of W])."""
+    def act_format(self, name: str) -> str | None:
+        """How the JIT rounds the activations that meet weight `name`: "q8k", "q8a" or None."""
         if (name in self.act_q8k and self.q8k_min_tokens is not None
                 and self._step_tokens >= self.q8k_min_tokens):
-            x = q8k.dequantize_rows(q8k.quantize_rows(x), x.shape[1])
-        elif name in self.act_quant:
-            x = q8a.dequantize_rows(q8a.quantize_rows(x), x.shape[1])
-        return x @ self.w[name].T
+            return "q8k"
+        return "q8a" if name in self.act_quant else None
+
+    @staticmethod
+    def rounded(x: np.ndarray, fmt: str | None) -> np.ndarray:
+        if fmt == "q8k":
+            return q8k.dequantize_rows(q8k.quantize_rows(x), x.shape[1])
+        if fmt == "q8a":
+            return q8a.dequantize_rows(q8a.quantize_rows(x), x.shape[1])
+        return x
+
+    def linear(self, x: np.ndarray, name: str) -> np.ndarray:
+        """x @ W^T for the weight `name` (x [n, K] -> [n, rows of W])."""
+        return self.rounded(x, self.act_format(name)) @ self.w[name].T
 
     def forward(self, batch: Batch) -> np.ndarray:
         """Logits [len(batch.logits_rows), n_vocab] for a batch of tokens (see Batch)."""
@@ -176,7 +186,8 @@ class ReferenceEngine:
         """Mixture-of-experts FFN: each token's n_expert_used experts by the softmax of the
         router logits (weights renormalised to sum 1 where the architecture does), their SwiGLU
         outputs summed with those weights; plus the shared expert gated by a sigmoid (Qwen2-MoE).
-        Expert products take float activations (as the JIT's expert kernels do)."""
+        Expert inputs are rounded as the JIT's expert kernels read them (gate and up alike:
+        unrounded when their two weights' formats differ)."""
         c, w = self.config, self.w
         probs = softmax(self.linear(h, p + "ffn_gate_inp.weight"))          # [n, E]
         top = route_top_k(probs, c.n_expert_used)                           # [n, k]
@@ -184,11 +195,14 @@ class ReferenceEngine:
         if c.moe_norm:
             wts = wts / np.maximum(wts.sum(1, keepdims=True), np.float32(6.103515625e-5))
         out = np.zeros_like(h)
-        gate, up, down = (w[p + f"ffn_{m}_exps.weight"] for m in ("gate", "up", "down"))
+        names = [p + f"ffn_{m}_exps.weight" for m in ("gate", "up", "down")]
+        gate, up, down = (w[name] for name in names)
+        fg, fu, fd = (self.act_format(name) for name in names)
+        hx = self.rounded(h, fg if fg == fu else None)
         for e in np.unique(top):
             t, j = np.nonzero(top == e)
-            g = silu(h[t] @ gate[e].T) * (h[t] @ up[e].T)
-            out[t] += (g @ down[e].T) * wts[t, j][:, None]
+            g = silu(hx[t] @ gate[e].T) * (hx[t] @ up[e].T)
+            out[t] += (self.rounded(g, fd) @ down[e].T) * wts[t, j][:, None]
         if c.n_ff_shexp:
             g = silu(self.linear(h, p + "ffn_gate_shexp.weight")) * \
                 self.linear(h, p + "ffn_up_shexp.weight")

@@ -20,14 +20,15 @@ from conftest import shared_path
 ISA = detect()
 
 
-@pytest.mark.parametrize("dims", [dict(E=8, NU=2, K=64, F=32, norm=1),
-                                  dict(E=128, NU=8, K=256, F=96, norm=0),
-                                  dict(E=4, NU=4, K=8, F=8, norm=1)])
+@pytest.mark.parametrize("dims", [dict(E=8, NU=2, K=64, F=32, norm=1, XS=256, DS=128),
+                                  dict(E=128, NU=8, K=256, F=96, norm=0, XS=292, DS=112),
+                                  dict(E=4, NU=4, K=8, F=8, norm=1, XS=32, DS=40)])
 def test_moe_route_kernel(dims):
     """Top-k with ties (lowest index first), weights (renormalised or not), the counting sort,
     the gathered rows and every expert matmul's x / y / n words, at 1-17 tokens and 1-2 threads.
     Catches a top-k that takes an expert twice or breaks ties the other way, offsets off by
-    one expert, a down matmul pointed at u instead of g, and a slice other than 0 also writing."""
+    one expert, a down matmul pointed at u instead of g, x words in float rows where the experts
+    read quantised ones (XS, DS), and a slice other than 0 also writing."""
     op = get_op("moe_route")
     k = build(op.specs("F32", ISA, **dims)[0], ISA)
     for n in (1, 2, 3, 17):

@@ -112,8 +112,11 @@ class JITEngine:
             self.ed = f32(T * NU, c.n_embd)          # experts' down outputs
             self.epos = np.zeros(T * NU, np.int32)   # where each (token, expert) pair sits
             self.ewgt = np.zeros(T * NU, np.float32)  # its weight
-            self.eouts = np.array([self.eg.ctypes.data, self.eu.ctypes.data,
-                                   self.ed.ctypes.data], np.int64)
+            # their 8-bit copies when the experts take integer dots (Q8A or Q8K rows)
+            stride = lambda k: max(q8a.row_stride(k) if k % 32 == 0 else 0,  # noqa: E731
+                                   q8k.row_stride(k) if k % 256 == 0 else 0)
+            self.xgq = np.zeros((T * NU, stride(c.n_embd)), np.uint8)
+            self.egq = np.zeros((T * NU, stride(FE)), np.uint8)
             self.ys, self.sg = f32(T, c.n_embd), f32(T)   # shared expert: output, gate logit
         self.xo, self.ho = f32(L, c.n_embd), f32(L, c.n_embd)   # rows gathered for the head
         self.logits = f32(L, c.n_vocab)
@@ -268,26 +271,41 @@ class JITEngine:
         E, NU, FE = c.n_expert, c.n_expert_used, c.n_ff_exp
         linear(b + "ffn_gate_inp.weight", self.h, "h", self.router, N, fresh)
         P.op(b + "ffn_router_softmax", spec("softmax", K=E), x=self.router, n=N)
+        tg, tu, td = (m.tensor(f"{b}ffn_{name}_exps.weight") for name in ("gate", "up", "down"))
+        ag, au, ad = (self._expert_act(t, k, bucket) for t, k in
+                      ((tg, c.n_embd), (tu, c.n_embd), (td, FE)))
+        if ag[0] != au[0]:                     # gate and up read one copy of the inputs
+            ag = au = ("matmul", None, 4 * c.n_embd)
         blocks = np.zeros((E, 3), np.int64)
+        outs = np.array([self.eg.ctypes.data, self.eu.ctypes.data, self.ed.ctypes.data,
+                         (self.xgq if ag[1] else self.xg).ctypes.data,
+                         (self.egq if ad[1] else self.eg).ctypes.data], np.int64)
         P.op(b + "ffn_route", spec("moe_route", E=E, NU=NU, K=c.n_embd, F=FE,
-                                   norm=int(c.moe_norm)),
+                                   norm=int(c.moe_norm), XS=ag[2], DS=ad[2]),
              probs=self.router, h=self.h, xg=self.xg, pos=self.epos, wgt=self.ewgt,
-             blocks=blocks, outs=self.eouts, n=N)
+             blocks=blocks, outs=outs, n=N)
+        if ag[1]:
+            P.op(b + "ffn_exps_quantize", choose(ag[1], "F32", isa, bucket, K=c.n_embd),
+                 x=self.xg, xq=self.xgq, n=N * NU)
         per_expert = max(1, bucket * NU // E)      # tokens an expert sees in such a step
         ops = [[0, 0, 0] for _ in range(E)]
-        for j, (name, M_, K_) in enumerate((("gate", FE, c.n_embd), ("up", FE, c.n_embd),
-                                             ("down", c.n_embd, FE))):
-            t = m.tensor(f"{b}ffn_{name}_exps.weight")
+        for j, (name, t, a, M_, K_) in enumerate((("gate", tg, ag, FE, c.n_embd),
+                                                   ("up", tu, au, FE, c.n_embd),
+                                                   ("down", td, ad, c.n_embd, FE))):
             size = M_ * t.row_bytes
-            ks = choose("matmul", t.type.name, isa, per_expert, M=M_, K=K_, acc=0)
+            ks = choose(a[0], t.type.name, isa, per_expert, M=M_, K=K_, acc=0)
+            xname = "x" if a[0] == "matmul" else "xq"
             for e in range(E):       # x, y and n are written by moe_route before every step
                 ops[e][j] = P.op(f"{b}ffn_{name}_exps.{e}", ks, barrier=False,
-                                 w=t.data[e * size:(e + 1) * size], x=0, y=0, n=0)
+                                 w=t.data[e * size:(e + 1) * size], y=0, n=0, **{xname: 0})
             if name != "gate":
                 P.barrier_after_last()
             if name == "up":
                 P.op(b + "ffn_exps_swiglu", spec("swiglu", F=FE), g=self.eg, u=self.eu,
                      y=self.eg, n=N * NU)
+                if ad[1]:
+                    P.op(b + "ffn_exps_quantize_down", choose(ad[1], "F32", isa, bucket, K=FE),
+                         x=self.eg, xq=self.egq, n=N * NU)
         if c.n_ff_shexp:
             linear(b + "ffn_gate_shexp.weight", self.h, "h", self.g, N, fresh)
             P.no_barrier_before_next()
@@ -302,6 +320,18 @@ class JITEngine:
                                          shexp=int(bool(c.n_ff_shexp))),
              x=self.x, d=self.ed, pos=self.epos, wgt=self.ewgt, ys=self.ys, sg=self.sg, n=N)
         return blocks, ops
+
+    def _expert_act(self, t, K: int, bucket: int) -> tuple[str, str | None, int]:
+        """How the experts of weight t read their input rows of K: (matmul op, the quantize op
+        making their copy or None, bytes per input row). The rule of `linear`: integer dots on
+        Q8K for K-quants (in programs of >= q8k_min_tokens tokens), Q8A for the other types."""
+        if self.int_dot and t.type.int_dot and int_path(t.type.name, self.isa):
+            if (self.q8k_min_tokens is not None and bucket >= self.q8k_min_tokens
+                    and t.type.q8k and K % 256 == 0):
+                return "matmul_q8k", "quantize_q8k", q8k.row_stride(K)
+            if K % 32 == 0:
+                return "matmul_q8", "quantize_q8", q8a.row_stride(K)
+        return "matmul", None, 4 * K
 
     # ------------------------------------------------------------------ one step
     def forward(self, batch: Batch) -> np.ndarray:

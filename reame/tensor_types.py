@@ -23,6 +23,7 @@ class TensorType:
     quantized: bool                  # True for block-quantised types
     int_dot: bool = False            # integer-dot kernels on 8-bit activations (Q8A) exist
     q8k: bool = False                # ...and on Q8K activations (one f32 scale per 256)
+    row_panel: bool = False          # repacked at load into the row-panel layout (matmul_q8k_rp)
 
     def row_bytes(self, n: int) -> int:
         """Bytes of one row of `n` elements (n must be a multiple of block_size)."""
@@ -33,10 +34,11 @@ class TensorType:
         return np.asarray(_quants.dequantize(data, self.ggml), dtype=np.float32)
 
 
-def _row(name: str, quantized: bool, int_dot: bool = False, q8k: bool = False) -> TensorType:
+def _row(name: str, quantized: bool, int_dot: bool = False, q8k: bool = False,
+         row_panel: bool = False) -> TensorType:
     ggml = GGMLQuantizationType[name]
     block, size = GGML_QUANT_SIZES[ggml]
-    return TensorType(name, ggml, block, size, quantized, int_dot, q8k)
+    return TensorType(name, ggml, block, size, quantized, int_dot, q8k, row_panel)
 
 
 TENSOR_TYPES: dict[str, TensorType] = {t.name: t for t in (
@@ -48,8 +50,8 @@ TENSOR_TYPES: dict[str, TensorType] = {t.name: t for t in (
     _row("Q4_1", True, int_dot=True),
     _row("Q5_0", True, int_dot=True),
     _row("Q5_1", True, int_dot=True),
-    _row("Q4_K", True, int_dot=True, q8k=True),
-    _row("Q5_K", True, int_dot=True, q8k=True),
+    _row("Q4_K", True, int_dot=True, q8k=True, row_panel=True),
+    _row("Q5_K", True, int_dot=True, q8k=True, row_panel=True),
     _row("Q6_K", True, int_dot=True, q8k=True),
     # float path only so far (weights dequantised in registers, f32 activations)
     _row("Q2_K", True),

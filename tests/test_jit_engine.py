@@ -335,13 +335,12 @@ def test_q8k_sites_and_panel_layout(q4km_model):
         eng.close()
 
 
-def test_panel_layout_changes_no_result(q4km_model, monkeypatch):
+def test_panel_layout_changes_no_result(q4km_model):
     """The repacked copy is read by the same arithmetic: logits of prefill, a batch of 4 and
     single decode steps equal those of the engine reading the GGUF rows (matmul_q8k) up to f32
     summation order (which can move an activation by one 8-bit quantum before the next product,
     as in test_batched_decode_equals_one_by_one: cosine >= 0.9999, same top-1); the file's pages
     released by the repack read back the same bytes."""
-    import reame.jit.engine as je
     rng = np.random.default_rng(8)
     V = q4km_model.config.n_vocab
     prompts = [rng.integers(0, V, n) for n in (3, 9, 14, 20)]
@@ -357,8 +356,7 @@ def test_panel_layout_changes_no_result(q4km_model, monkeypatch):
         finally:
             eng.close()
     got, panels = run(JITEngine(q4km_model, n_ctx=64, max_seqs=4, threads=2))
-    monkeypatch.setattr(je, "PANEL_TYPES", ())
-    want, none = run(JITEngine(q4km_model, n_ctx=64, max_seqs=4, threads=2))
+    want, none = run(JITEngine(q4km_model, n_ctx=64, max_seqs=4, threads=2, row_panels=False))
     assert not none and (panels or not detect_vnni())
     for g, w in zip(got, want):
         assert _cos(g, w).min() >= 0.9999

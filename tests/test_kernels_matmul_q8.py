@@ -143,7 +143,7 @@ def test_reads_stay_inside_the_weights(dtype, at_end):
 PANEL_DIMS = ((70, 96, 0), (150, 224, 1), (16, 64, 1), (17, 32, 0))
 
 
-@pytest.mark.parametrize("dtype", mq.PANEL_TYPES)
+@pytest.mark.parametrize("dtype", mq.PANEL_FAMILY_TYPES)
 @pytest.mark.parametrize("level", ("native", "avx512_vnni"))
 def test_panel_tiles(dtype, level):
     """Family `panel` (register tiles of 16 rows x nt tokens): several panels per thread, a last

@@ -13,7 +13,7 @@ import pytest
 
 from reame.codegen.isa import detect
 from reame.codegen.kernels import build
-from reame.codegen.ops import matmul_q8_k as mk
+from reame.codegen.ops import matmul_q8_kquants as mk
 from reame.codegen.spec import KernelSpec
 from conftest import check_every_tile_native
 from conftest import host_levels

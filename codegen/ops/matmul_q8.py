@@ -11,40 +11,28 @@ processed in tiles of `nt` so that each weight block is unpacked once per tile.
 The expected result is dequant(W) @ dequant(xq)^T in float64: integer block dots are exact, so
 the only error is float32 rounding of the per-block scales and of the summation over blocks.
 
-Extension point for the K-quants (Q4_K, Q5_K, Q6_K), written in parallel by another engineer:
-a module `codegen/ops/matmul_q8_k.py` may define
-    VARIANTS: tuple[Variant, ...]          -- appended to this op's variants
-    RANDOM_WEIGHTS: {dtype: f(rng, M, K) -> uint8 [M, row_bytes]}   (optional)
-    TOLERANCE: {dtype: (rtol, atol)}                                  (optional)
-It must not import this module at import time (that would be circular). Its templates must not
-be named like the families of this file (generic, avx2, vnni) or its macros (unpack): e.g.
-family "k_avx2" -> templates/matmul_q8_k_avx2.ll.j2.
+The K-quant types (Q4_K, Q5_K, Q6_K) are families of this op defined in
+codegen/ops/matmul_q8_kquants.py (VARIANTS, RANDOM_WEIGHTS, TOLERANCE; templates
+matmul_q8_k*.ll.j2), appended here. (Not to be confused with the op matmul_q8k, which reads
+Q8K activations.)
 """
 
 from __future__ import annotations
-
-import importlib
 
 import numpy as np
 
 from reame.tensor_types import TENSOR_TYPES
 
 from .. import q8a
+from . import matmul_q8_kquants as _k
 from .base import Case, Op, Variant
 
 LEGACY = ("Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1")
-PANEL_TYPES = ("Q8_0", "Q4_0", "Q4_1")          # family `panel` (row-panel register tiles)
+PANEL_FAMILY_TYPES = ("Q8_0", "Q4_0", "Q4_1")   # family `panel` (row-panel register tiles)
 
-# ---- hook: the K-quant variants, when their module exists -------------------------------------
-try:
-    _k = importlib.import_module(f"{__package__}.matmul_q8_k")
-except ModuleNotFoundError as e:          # only a missing module is optional; its bugs are not
-    if e.name != f"{__package__}.matmul_q8_k":
-        raise
-    _k = None
-K_VARIANTS: tuple[Variant, ...] = tuple(getattr(_k, "VARIANTS", ()))
-K_RANDOM_WEIGHTS: dict = dict(getattr(_k, "RANDOM_WEIGHTS", {}))
-K_TOLERANCE: dict = dict(getattr(_k, "TOLERANCE", {}))
+K_VARIANTS: tuple[Variant, ...] = _k.VARIANTS
+K_RANDOM_WEIGHTS: dict = _k.RANDOM_WEIGHTS
+K_TOLERANCE: dict = _k.TOLERANCE
 
 # byte offsets of the f16 fields of a block (d, and m / dmin): set to sane finite values in random
 # blocks; every other byte of a block (quants, high bits, sub-block scales) may be any value
@@ -129,7 +117,7 @@ OP = Op(
                  {"nt": 4, "u": 1}, {"nt": 8, "u": 1}),
                 "AVX-512 VNNI: two blocks per vpdpbusd, zero points folded into the accumulator; "
                 + _TOKENS_DOC + ", u = block pairs per loop step, pf = weight prefetch distance"),
-        Variant("panel", "avx512_vnni", PANEL_TYPES,
+        Variant("panel", "avx512_vnni", PANEL_FAMILY_TYPES,
                 ({"nt": 4, "pf": 3}, {"nt": 8, "pf": 3}, {"nt": 8, "pf": 2}, {"nt": 8}),
                 "AVX-512 VNNI register tiles of 16 rows x nt tokens, rows in the vector lanes: "
                 "weight quants transposed per block, one vpdpbusd per dword and token with the "

@@ -37,9 +37,9 @@ from reame.tensor_types import TENSOR_TYPES
 
 from .. import q8k
 from .base import Case, Op, Variant
-from .matmul_q8_k import random_activations, random_weights
+from .matmul_q8_kquants import random_activations, random_weights
 
-K_TYPES = ("Q4_K", "Q5_K", "Q6_K")
+K_TYPES = tuple(t.name for t in TENSOR_TYPES.values() if t.q8k)   # the type table's Q8K types
 _TILES = "nt = tokens per weight pass, u = superblocks per loop step, pf = prefetch distance (B)"
 
 

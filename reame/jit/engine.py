@@ -16,27 +16,21 @@ import numpy as np
 
 from .. import progress
 from ..batch import Batch
-from ..codegen import panel_layout, q8a, q8k, registry
+from ..codegen import panel_layout, q8a, q8k
 from ..codegen.isa import detect
 from ..codegen.runtime import NativePool
 from ..dispatch import DispatchTable
 from ..kv_cache import DEFAULT_BLOCK_SIZE, PagedKVCache
 from ..model import Model
 from ..reference import rope_angles
-from ..tensor_types import TENSOR_TYPES
 from .program import M, N, ProgramBuilder, StepProgram
-from .select import choose, int_path
+from .select import Q8K_MIN_TOKENS, choose, matmul_site  # noqa: F401  (Q8K_MIN_TOKENS: re-exported)
 
 FLOAT_TYPES = ("F32", "F16", "BF16")
 MAX_BATCH_TOKENS = 512      # tokens per step (prefill chunk); larger prompts are chunked
 BUCKETS = (1, 4, 8, 16)     # step sizes with their own program (plus one up to the chunk size)
-# K-quant weights read Q8K activations (one scale per 256 values, op matmul_q8k) in programs
-# for at least this many tokens, Q8A (matmul_q8) below: see docs/engine.md for the measurements
-Q8K_TYPES = tuple(t.name for t in TENSOR_TYPES.values() if t.q8k)
-Q8K_MIN_TOKENS = 1
-# ...and these, with a multiple of 16 rows, are repacked at load into the row-panel layout
-# (codegen/panel_layout.py, op matmul_q8k_rp) where the ISA has its panel kernels
-PANEL_TYPES = ("Q4_K", "Q5_K")
+# Which kernel, activations and weight layout serve each matmul site: select.matmul_site, from
+# the type table's traits (reame/tensor_types.py: int_dot, q8k, row_panel) and Q8K_MIN_TOKENS.
 
 
 class JITEngine:
@@ -47,7 +41,8 @@ class JITEngine:
                  threads: int | None = None, max_batch_tokens: int = MAX_BATCH_TOKENS,
                  isa=None, int_dot: bool = True, max_logits: int | None = None,
                  q8k_min_tokens: int | None = Q8K_MIN_TOKENS,
-                 block_size: int = DEFAULT_BLOCK_SIZE, kv_blocks: int | None = None):
+                 block_size: int = DEFAULT_BLOCK_SIZE, kv_blocks: int | None = None,
+                 row_panels: bool = True):
         self.model, self.config = model, model.config
         c = self.config
         self.isa = isa or detect()
@@ -61,6 +56,7 @@ class JITEngine:
         self.kv_dtype = kv_dtype
         self.max_seqs = max_seqs
         self.int_dot = int_dot     # quantised weights x Q8A activations (False: f32 activations)
+        self.row_panels = row_panels   # repack the type table's row_panel types (matmul_q8k_rp)
         # K-quant weights x Q8K activations in programs for >= this many tokens (None: never)
         self.q8k_min_tokens = q8k_min_tokens if int_dot else None
         self.buckets = sorted({b for b in BUCKETS if b < self.max_tokens} | {self.max_tokens})
@@ -148,40 +144,30 @@ class JITEngine:
         W = lambda name: m.tensor(name).data         # noqa: E731  raw GGUF bytes (mmap)
         S = self.small
 
-        use_q8k = self.q8k_min_tokens is not None and bucket >= self.q8k_min_tokens
-
         def linear(site, x, xname, y, n, quantized: set, acc=0, bucket=bucket):
-            """y (+)= x @ W^T for the weight `site`. Quantised weights with an integer kernel
-            read x as Q8A (or Q8K: K-quant weights in programs of >= q8k_min_tokens tokens),
-            made once per producer (`quantized` names the buffers already made)."""
+            """y (+)= x @ W^T for the weight `site`, run as select.matmul_site decides; an
+            8-bit copy of x is made once per producer and format (`quantized` names those
+            already made)."""
             t = m.tensor(site)
             K, Mo = t.shape[0], t.n_rows
-            if (use_q8k and t.type.name in Q8K_TYPES and self.kbuf.get(xname) is not None
-                    and xname in self.q8k_sources
-                    and int_path(t.type.name, isa)):
-                xq = self.kbuf[xname]
-                if xname + ":q8k" not in quantized:
-                    P.op(f"quantize_q8k.{site}", choose("quantize_q8k", "F32", isa, bucket, K=K),
-                         x=x, xq=xq, n=n)
-                    quantized.add(xname + ":q8k")
-                if self._panel_layout(t):
-                    P.op(site, choose("matmul_q8k_rp", t.type.name, isa, bucket, M=Mo, K=K,
-                                      acc=acc), w=self._repacked(t), xq=xq, y=y, n=n)
-                else:
-                    P.op(site, choose("matmul_q8k", t.type.name, isa, bucket, M=Mo, K=K,
-                                      acc=acc), w=W(site), xq=xq, y=y, n=n)
-            elif (self.int_dot and t.type.quantized and int_path(t.type.name, isa)
-                    and self.qbuf.get(xname) is not None):
-                xq = self.qbuf[xname]
-                if xname not in quantized:
-                    P.op(f"quantize.{site}", choose("quantize_q8", "F32", isa, bucket, K=K),
-                         x=x, xq=xq, n=n)
-                    quantized.add(xname)
-                P.op(site, choose("matmul_q8", t.type.name, isa, bucket, M=Mo, K=K, acc=acc),
-                     w=W(site), xq=xq, y=y, n=n)
-            else:
-                P.op(site, choose("matmul", t.type.name, isa, bucket, M=Mo, K=K, acc=acc),
-                     w=W(site), x=x, y=y, n=n)
+            plan = matmul_site(t.type.name, Mo, K, bucket, isa, acc, int_dot=self.int_dot,
+                               q8k_min_tokens=self.q8k_min_tokens,
+                               q8a_ok=self.qbuf.get(xname) is not None,
+                               q8k_ok=(self.kbuf.get(xname) is not None
+                                       and xname in self.q8k_sources),
+                               row_panel=self.row_panels)
+            w = self._repacked(t) if plan.layout == "row_panel" else W(site)
+            if plan.act is None:
+                P.op(site, plan.spec, w=w, x=x, y=y, n=n)
+                return
+            xq = (self.kbuf if plan.act == "q8k" else self.qbuf)[xname]
+            key = xname + (":q8k" if plan.act == "q8k" else "")
+            if key not in quantized:
+                qop = "quantize_q8k" if plan.act == "q8k" else "quantize_q8"
+                P.op(f"{'quantize_q8k' if plan.act == 'q8k' else 'quantize'}.{site}",
+                     choose(qop, "F32", isa, bucket, K=K), x=x, xq=xq, n=n)
+                quantized.add(key)
+            P.op(site, plan.spec, w=w, xq=xq, y=y, n=n)
 
         def spec(op, **dims):
             return choose(op, "F32", isa, bucket, **dims)
@@ -271,40 +257,46 @@ class JITEngine:
         E, NU, FE = c.n_expert, c.n_expert_used, c.n_ff_exp
         linear(b + "ffn_gate_inp.weight", self.h, "h", self.router, N, fresh)
         P.op(b + "ffn_router_softmax", spec("softmax", K=E), x=self.router, n=N)
+        per_expert = max(1, bucket * NU // E)      # tokens an expert sees in such a step
         tg, tu, td = (m.tensor(f"{b}ffn_{name}_exps.weight") for name in ("gate", "up", "down"))
-        ag, au, ad = (self._expert_act(t, k, bucket) for t, k in
-                      ((tg, c.n_embd), (tu, c.n_embd), (td, FE)))
-        if ag[0] != au[0]:                     # gate and up read one copy of the inputs
-            ag = au = ("matmul", None, 4 * c.n_embd)
+        sg, su, sd = (matmul_site(t.type.name, M_, K_, bucket, isa, int_dot=self.int_dot,
+                                  q8k_min_tokens=self.q8k_min_tokens, row_panel=False,
+                                  tile_tokens=per_expert)
+                      for t, M_, K_ in ((tg, FE, c.n_embd), (tu, FE, c.n_embd),
+                                        (td, c.n_embd, FE)))
+        if sg.act != su.act:                   # gate and up read one copy of the inputs
+            sg, su = (matmul_site(t.type.name, FE, c.n_embd, bucket, isa, int_dot=False,
+                                  tile_tokens=per_expert) for t in (tg, tu))
+        row_bytes = {None: lambda k: 4 * k, "q8a": q8a.row_stride, "q8k": q8k.row_stride}
+        quantize_op = {"q8a": "quantize_q8", "q8k": "quantize_q8k"}
         blocks = np.zeros((E, 3), np.int64)
         outs = np.array([self.eg.ctypes.data, self.eu.ctypes.data, self.ed.ctypes.data,
-                         (self.xgq if ag[1] else self.xg).ctypes.data,
-                         (self.egq if ad[1] else self.eg).ctypes.data], np.int64)
+                         (self.xgq if sg.act else self.xg).ctypes.data,
+                         (self.egq if sd.act else self.eg).ctypes.data], np.int64)
         P.op(b + "ffn_route", spec("moe_route", E=E, NU=NU, K=c.n_embd, F=FE,
-                                   norm=int(c.moe_norm), XS=ag[2], DS=ad[2]),
+                                   norm=int(c.moe_norm), XS=row_bytes[sg.act](c.n_embd),
+                                   DS=row_bytes[sd.act](FE)),
              probs=self.router, h=self.h, xg=self.xg, pos=self.epos, wgt=self.ewgt,
              blocks=blocks, outs=outs, n=N)
-        if ag[1]:
-            P.op(b + "ffn_exps_quantize", choose(ag[1], "F32", isa, bucket, K=c.n_embd),
-                 x=self.xg, xq=self.xgq, n=N * NU)
-        per_expert = max(1, bucket * NU // E)      # tokens an expert sees in such a step
+        if sg.act:
+            P.op(b + "ffn_exps_quantize", choose(quantize_op[sg.act], "F32", isa, bucket,
+                                                 K=c.n_embd), x=self.xg, xq=self.xgq, n=N * NU)
         ops = [[0, 0, 0] for _ in range(E)]
-        for j, (name, t, a, M_, K_) in enumerate((("gate", tg, ag, FE, c.n_embd),
-                                                   ("up", tu, au, FE, c.n_embd),
-                                                   ("down", td, ad, c.n_embd, FE))):
+        for j, (name, t, site, M_) in enumerate((("gate", tg, sg, FE), ("up", tu, su, FE),
+                                                  ("down", td, sd, c.n_embd))):
             size = M_ * t.row_bytes
-            ks = choose(a[0], t.type.name, isa, per_expert, M=M_, K=K_, acc=0)
-            xname = "x" if a[0] == "matmul" else "xq"
+            xname = "xq" if site.act else "x"
             for e in range(E):       # x, y and n are written by moe_route before every step
-                ops[e][j] = P.op(f"{b}ffn_{name}_exps.{e}", ks, barrier=False,
+                ops[e][j] = P.op(f"{b}ffn_{name}_exps.{e}", site.spec, barrier=False,
                                  w=t.data[e * size:(e + 1) * size], y=0, n=0, **{xname: 0})
             if name != "gate":
                 P.barrier_after_last()
             if name == "up":
                 P.op(b + "ffn_exps_swiglu", spec("swiglu", F=FE), g=self.eg, u=self.eu,
                      y=self.eg, n=N * NU)
-                if ad[1]:
-                    P.op(b + "ffn_exps_quantize_down", choose(ad[1], "F32", isa, bucket, K=FE),
+                if sd.act:
+                    P.op(b + "ffn_exps_quantize_down", choose(quantize_op[sd.act], "F32", isa,
+                                                              bucket, K=FE),
                          x=self.eg, xq=self.egq, n=N * NU)
         if c.n_ff_shexp:
             linear(b + "ffn_gate_shexp.weight", self.h, "h", self.g, N, fresh)
@@ -321,17 +313,6 @@ class JITEngine:
              x=self.x, d=self.ed, pos=self.epos, wgt=self.ewgt, ys=self.ys, sg=self.sg, n=N)
         return blocks, ops
 
-    def _expert_act(self, t, K: int, bucket: int) -> tuple[str, str | None, int]:
-        """How the experts of weight t read their input rows of K: (matmul op, the quantize op
-        making their copy or None, bytes per input row). The rule of `linear`: integer dots on
-        Q8K for K-quants (in programs of >= q8k_min_tokens tokens), Q8A for the other types."""
-        if self.int_dot and t.type.int_dot and int_path(t.type.name, self.isa):
-            if (self.q8k_min_tokens is not None and bucket >= self.q8k_min_tokens
-                    and t.type.q8k and K % 256 == 0):
-                return "matmul_q8k", "quantize_q8k", q8k.row_stride(K)
-            if K % 32 == 0:
-                return "matmul_q8", "quantize_q8", q8a.row_stride(K)
-        return "matmul", None, 4 * K
 
     # ------------------------------------------------------------------ one step
     def forward(self, batch: Batch) -> np.ndarray:
@@ -392,13 +373,6 @@ class JITEngine:
         self.pool.close()
 
     # ------------------------------------------------------------------ weight layouts
-    def _panel_layout(self, t) -> bool:
-        """Whether weight t is read in the row-panel layout: a PANEL_TYPES type with whole
-        panels of rows, and panel kernels at this ISA level."""
-        return (t.type.name in PANEL_TYPES and t.n_rows % panel_layout.PANEL_ROWS == 0
-                and any(v.family == "panel" and v.usable(self.isa)
-                        for v in registry.get_op("matmul_q8k_rp").variants))
-
     def _repacked(self, t) -> np.ndarray:
         """t's weights in the row-panel layout, made once (shared by every program); the file's
         pages of t are then dropped from this process, which reads only the copy."""

@@ -14,9 +14,62 @@ chunks. The adaptive runtime replaces these starting points by measured winners.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ..codegen import registry
 from ..codegen.isa import ISA
+from ..codegen.panel_layout import PANEL_ROWS
 from ..codegen.spec import KernelSpec
+from ..tensor_types import TENSOR_TYPES
+
+# K-quant weights read Q8K activations (one scale per 256 values, op matmul_q8k) in programs for
+# at least this many tokens, Q8A (matmul_q8) below: see docs/engine.md for the measurements
+Q8K_MIN_TOKENS = 1
+
+
+@dataclass(frozen=True)
+class Site:
+    """How one matrix product runs: its kernel, the activations it reads and its weights' layout."""
+    spec: KernelSpec
+    act: str | None             # None: f32 rows; "q8a" / "q8k": the 8-bit copy quantize_q8 /
+    #                             quantize_q8k makes of them
+    layout: str                 # "gguf": the file's bytes; "row_panel": repacked at load
+
+    @property
+    def op(self) -> str:
+        return self.spec.op
+
+
+def matmul_site(dtype: str, rows: int, K: int, n_tokens: int, isa: ISA, acc: int = 0, *,
+                int_dot: bool = True, q8k_min_tokens: int | None = Q8K_MIN_TOKENS,
+                q8a_ok: bool = True, q8k_ok: bool = True, row_panel: bool = True,
+                tile_tokens: int | None = None) -> Site:
+    """The one decision of how a matmul site with weights of `dtype` (rows x K) runs in a program
+    for steps of up to n_tokens tokens:
+    - quantised weights with integer-dot kernels at this level read 8-bit activations (unless
+      int_dot=False, `--act-type f32`): Q8K for the type table's q8k types (K a multiple of
+      256) in programs of >= q8k_min_tokens tokens, through matmul_q8k_rp on a copy repacked
+      into the row-panel layout for the row_panel types with whole 16-row panels where the
+      level has the panel kernels, else matmul_q8k on the file's bytes; Q8A (K a multiple of
+      32) through matmul_q8 otherwise;
+    - everything else reads f32 rows through matmul (weights dequantised in registers).
+    q8a_ok / q8k_ok: the caller has a buffer for that activation copy; row_panel: the caller
+    repacks (experts do not); tile_tokens: tokens per product, when not n_tokens (an expert's
+    share of a step), for the tile choice."""
+    t = TENSOR_TYPES[dtype]
+    tt = tile_tokens or n_tokens
+    dims = dict(M=rows, K=K, acc=acc)
+    if int_dot and t.quantized and int_path(dtype, isa):
+        if (q8k_ok and t.q8k and K % 256 == 0 and q8k_min_tokens is not None
+                and n_tokens >= q8k_min_tokens):
+            if (row_panel and t.row_panel and rows % PANEL_ROWS == 0
+                    and any(v.family == "panel" and v.usable(isa)
+                            for v in registry.get_op("matmul_q8k_rp").variants)):
+                return Site(choose("matmul_q8k_rp", dtype, isa, tt, **dims), "q8k", "row_panel")
+            return Site(choose("matmul_q8k", dtype, isa, tt, **dims), "q8k", "gguf")
+        if q8a_ok and K % 32 == 0:
+            return Site(choose("matmul_q8", dtype, isa, tt, **dims), "q8a", "gguf")
+    return Site(choose("matmul", dtype, isa, tt, **dims), None, "gguf")
 
 TOKEN_TILE_KEYS = ("nt", "toks", "nr", "rb")   # tile keys that count tokens per weight pass
 

@@ -1,7 +1,8 @@
 """matmul_q8 for the K-quant weight types Q4_K, Q5_K and Q6_K (Q4_K_M / Q5_K_M model files).
 
 The op itself (`OP`, args, dims, the legacy types) lives in codegen/ops/matmul_q8.py, which
-appends these `VARIANTS`; this module defines no `OP` of its own. Contract:
+appends these `VARIANTS`; this module defines no `OP` of its own (and is not the op matmul_q8k,
+which reads Q8K activations). Contract:
 
     y[n, M] (+)= dequant(w)[M, K] @ dequant(xq)[n, K]^T
     args ("w", "xq", "y", "n"); dims ("M", "K", "acc"); K a multiple of 256
@@ -32,7 +33,7 @@ from reame.tensor_types import TENSOR_TYPES
 from .. import q8a
 from .base import Case, Variant
 
-K_TYPES = ("Q4_K", "Q5_K", "Q6_K")
+K_TYPES = ("Q4_K", "Q5_K", "Q6_K")          # the K-quants with Q8A kernels (type table: int_dot)
 ARGS = ("w", "xq", "y", "n")
 _TILES = "nt = tokens per weight pass, u = superblocks per loop step, pf = prefetch distance (B)"
 

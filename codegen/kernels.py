@@ -60,15 +60,19 @@ def pack_args(words) -> np.ndarray:
 
 
 def check_buildable(spec: KernelSpec, isa: ISA) -> None:
-    """Raise UnsupportedLevel unless `isa`'s machine can run `spec`: its level is one of the
-    machine's levels, and its family's lowest level is at or below it (an AVX2 family on
-    AArch64, or a level above the host, would abort the process inside LLVM)."""
+    """Raise UnsupportedLevel unless `isa`'s machine can run `spec`: its family implements its
+    type (another type's code would render silently wrong), its level is one of the machine's
+    levels, and its family's lowest level is at or below it (an AVX2 family on AArch64, or a
+    level above the host, would abort the process inside LLVM)."""
     from .registry import ops
     if spec.level not in isa.levels:
         raise UnsupportedLevel(f"cannot build {spec.label()}: level {spec.level!r} is not "
                                f"available on this {isa.arch} CPU "
                                f"(available: {', '.join(isa.levels)})")
     op = ops().get(spec.op)
+    if op and not any(v.family == spec.family and spec.dtype in v.dtypes for v in op.variants):
+        raise UnsupportedLevel(f"cannot build {spec.label()}: family {spec.family!r} of "
+                               f"{spec.op} does not implement {spec.dtype}")
     needs = [v.min_level for v in op.variants if v.family == spec.family] if op else []
     at = isa.levels.index(spec.level)
     if needs and not any(n in isa.levels and isa.levels.index(n) <= at for n in needs):

@@ -109,9 +109,8 @@ class ReferenceEngine:
         # ... and through Q8K instead (one scale per 256 values) for K-quant weights in steps of
         # >= q8k_min_tokens tokens, as the JIT engine does with the same setting (matmul_q8k)
         self.q8k_min_tokens = q8k_min_tokens
-        self.act_q8k = {name for name in self.act_quant
-                        if model.tensors[name].type.q8k
-                        and model.tensors[name].shape[0] % 256 == 0}
+        self.act_q8k = {name for name, t in model.tensors.items()
+                        if act_quant and t.type.q8k and t.shape[0] % 256 == 0}
         self._step_tokens = 0
 
     def act_format(self, name: str) -> str | None:

@@ -22,7 +22,7 @@ class TensorType:
     type_size: int                   # bytes per block
     quantized: bool                  # True for block-quantised types
     int_dot: bool = False            # integer-dot kernels on 8-bit activations (Q8A) exist
-    q8k: bool = False                # ...and on Q8K activations (one f32 scale per 256)
+    q8k: bool = False                # integer-dot kernels on Q8K activations (one f32 scale per 256)
     row_panel: bool = False          # repacked at load into the row-panel layout (matmul_q8k_rp)
 
     def row_bytes(self, n: int) -> int:
@@ -53,9 +53,10 @@ TENSOR_TYPES: dict[str, TensorType] = {t.name: t for t in (
     _row("Q4_K", True, int_dot=True, q8k=True, row_panel=True),
     _row("Q5_K", True, int_dot=True, q8k=True, row_panel=True),
     _row("Q6_K", True, int_dot=True, q8k=True),
+    # Q8K kernels only (no Q8A ones: steps below Q8K_MIN_TOKENS run the float path)
+    _row("Q2_K", True, q8k=True),
+    _row("Q3_K", True, q8k=True),
     # float path only so far (weights dequantised in registers, f32 activations)
-    _row("Q2_K", True),
-    _row("Q3_K", True),
     _row("IQ4_NL", True),
     _row("IQ4_XS", True),
 )}

@@ -88,7 +88,7 @@ def _all_native_and_low(M, K, acc=0):
                     yield level, _spec("Q4_K", v.family, level, tile, M, K, acc)
 
 
-_F16_OFFSETS = {"Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,)}
+_F16_OFFSETS = {"Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,), "Q2_K": (80, 82), "Q3_K": (108,)}
 
 
 @pytest.mark.parametrize("dtype", TYPES)
@@ -115,7 +115,7 @@ def test_f16_edge_scales_and_extreme_activations(dtype):
     rtol, atol = mk.TOLERANCE[dtype]
     for level in host_levels():
         for v in OP.variants:
-            if not _isa(level).has(v.min_level):
+            if not _isa(level).has(v.min_level) or dtype not in v.dtypes:
                 continue
             for tile in (v.tiles[0], v.tiles[-1]):
                 spec = _spec(dtype, v.family, level, tile, M, K, 0)
@@ -125,7 +125,7 @@ def test_f16_edge_scales_and_extreme_activations(dtype):
                                            atol=atol * 1000, err_msg=spec.label())
 
 
-_SCALE_BYTE = {"Q4_K": 4 + 2, "Q5_K": 4 + 2, "Q6_K": 192 + 5}
+_SCALE_BYTE = {"Q4_K": 4 + 2, "Q5_K": 4 + 2, "Q6_K": 192 + 5, "Q2_K": 5, "Q3_K": 96 + 5}
 
 
 @pytest.mark.parametrize("dtype", TYPES)
@@ -169,8 +169,9 @@ def test_variants():
     fams = {v.family: v for v in OP.variants}
     assert set(fams) == {"generic", "avx2", "vnni", "panel"}
     assert fams["generic"].min_level == "generic" and fams["panel"].min_level == "avx512_vnni"
-    for v in OP.variants:
-        assert set(v.dtypes) == set(TYPES) and len(v.tiles) >= 2
+    for v in OP.variants:         # Q2_K / Q3_K: the portable and VNNI families only
+        assert set(v.dtypes) == (set(TYPES) if v.family in ("generic", "vnni")
+                                 else set(mk.TUNED)) and len(v.tiles) >= 2
     assert {t["nt"] for t in fams["vnni"].tiles} == {1, 4, 8}
     assert {t["nt"] for t in fams["panel"].tiles} == {4, 8}
     assert random_activations is not None
@@ -179,7 +180,7 @@ def test_variants():
 PANEL_DIMS = ((70, 256, 0), (150, 768, 1), (16, 512, 1), (17, 256, 0))
 
 
-@pytest.mark.parametrize("dtype", TYPES)
+@pytest.mark.parametrize("dtype", mk.TUNED)
 def test_panel_tiles(dtype):
     """Family `panel`: several 16-row panels per thread, a last panel moved back over rows
     already done (only its new lanes stored), M a multiple of 16 and one more; token counts
@@ -212,7 +213,7 @@ def test_reads_stay_inside_the_weights(dtype, at_end):
     isa = detect()
     for M, K in ((3, 256), (17, 512)):
         for v in OP.variants:
-            if v.family not in ("vnni", "panel") or not v.usable(isa):
+            if v.family not in ("vnni", "panel") or not v.usable(isa) or dtype not in v.dtypes:
                 continue
             for tile in v.tiles:
                 spec = _spec(dtype, v.family, "native", tile, M, K, 0)

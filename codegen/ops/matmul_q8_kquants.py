@@ -53,13 +53,14 @@ VARIANTS: tuple[Variant, ...] = (
 )
 
 # magnitude of the f16 d for weights of about unit size (quant range x sub-block scale range)
-D_SCALE = {"Q4_K": 1 / 256, "Q5_K": 1 / 512, "Q6_K": 1 / 2048}
+D_SCALE = {"Q4_K": 1 / 256, "Q5_K": 1 / 512, "Q6_K": 1 / 2048, "Q2_K": 1 / 32, "Q3_K": 1 / 128}
 
 # (rtol, atol) against the float64 reference for data of about unit size (make_case, and
 # matmul_q8's cases with RANDOM_WEIGHTS): integer dots per 32-block (16-group for Q6_K) are
 # exact, the error is float32 rounding of the per-block scales and of the sums over blocks
 # (and, Q4_K/Q5_K, of the separate min term). Tightness: tests/test_kernels_matmul_q8k.py.
-TOLERANCE = {"Q4_K": (1e-5, 2e-5), "Q5_K": (1e-5, 2e-5), "Q6_K": (1e-5, 2e-5)}
+TOLERANCE = {"Q4_K": (1e-5, 2e-5), "Q5_K": (1e-5, 2e-5), "Q6_K": (1e-5, 2e-5),
+             "Q2_K": (1e-5, 2e-5), "Q3_K": (1e-5, 2e-5)}
 
 
 def random_weights(dtype: str, rng: np.random.Generator, M: int, K: int) -> np.ndarray:
@@ -75,6 +76,12 @@ def random_weights(dtype: str, rng: np.random.Generator, M: int, K: int) -> np.n
     d[rng.random(nb) < 0.02] = np.float16(3e-5)          # subnormal f16
     if dtype == "Q6_K":                                  # ql[128] qh[64] sc int8[16] d f16
         b[:, 208:210] = d.view(np.uint8).reshape(nb, 2)
+    elif dtype == "Q3_K":                                # hmask qs scales[12] d f16
+        b[:, 108:110] = d.view(np.uint8).reshape(nb, 2)
+    elif dtype == "Q2_K":                                # scales[16] qs[64] d dmin f16
+        dmin = (d.astype(np.float32) * rng.uniform(0.5, 2.0, nb)).astype(np.float16)
+        b[:, 80:82] = d.view(np.uint8).reshape(nb, 2)
+        b[:, 82:84] = dmin.view(np.uint8).reshape(nb, 2)
     else:                                                # d dmin f16, scales[12], ...
         levels = 16 if dtype == "Q4_K" else 32
         dmin = (d.astype(np.float32) * rng.uniform(0.5, levels / 2, nb)).astype(np.float16)
@@ -84,6 +91,7 @@ def random_weights(dtype: str, rng: np.random.Generator, M: int, K: int) -> np.n
 
 
 RANDOM_WEIGHTS = {dt: functools.partial(random_weights, dt) for dt in K_TYPES}
+Q8K_ONLY_TYPES = ("Q2_K", "Q3_K")            # K-quants with Q8K kernels only (op matmul_q8k)
 
 
 def random_activations(rng: np.random.Generator, n: int, K: int) -> np.ndarray:

@@ -59,15 +59,15 @@ def matmul_site(dtype: str, rows: int, K: int, n_tokens: int, isa: ISA, acc: int
     t = TENSOR_TYPES[dtype]
     tt = tile_tokens or n_tokens
     dims = dict(M=rows, K=K, acc=acc)
-    if int_dot and t.quantized and int_path(dtype, isa):
+    if int_dot and t.quantized:
         if (q8k_ok and t.q8k and K % 256 == 0 and q8k_min_tokens is not None
-                and n_tokens >= q8k_min_tokens):
+                and n_tokens >= q8k_min_tokens and has_kernel("matmul_q8k", dtype, isa)):
             if (row_panel and t.row_panel and rows % PANEL_ROWS == 0
                     and any(v.family == "panel" and v.usable(isa)
                             for v in registry.get_op("matmul_q8k_rp").variants)):
                 return Site(choose("matmul_q8k_rp", dtype, isa, tt, **dims), "q8k", "row_panel")
             return Site(choose("matmul_q8k", dtype, isa, tt, **dims), "q8k", "gguf")
-        if q8a_ok and K % 32 == 0:
+        if q8a_ok and K % 32 == 0 and int_path(dtype, isa):
             return Site(choose("matmul_q8", dtype, isa, tt, **dims), "q8a", "gguf")
     return Site(choose("matmul", dtype, isa, tt, **dims), None, "gguf")
 
@@ -160,6 +160,11 @@ def use_panel(op_name: str, n_tokens: int, K: int) -> bool:
         return K >= PANEL_Q8K_MIN_K or n_tokens >= PANEL_Q8K_MIN_TOKENS
     return True
 ACT_L1_BYTES = 24 << 10       # int8 activation bytes a token tile may keep in L1 (half of 48 KiB)
+
+
+def has_kernel(op_name: str, dtype: str, isa: ISA) -> bool:
+    """Whether op `op_name` has a variant for weights of `dtype` at this level."""
+    return any(dtype in v.dtypes and v.usable(isa) for v in registry.get_op(op_name).variants)
 
 
 def int_path(dtype: str, isa: ISA) -> bool:

@@ -17,6 +17,7 @@ from .codegen import q8a, q8k
 from .config import ModelConfig
 from .kv_cache import DEFAULT_BLOCK_SIZE, DEFAULT_MAX_CTX, PagedKVCache
 from .model import Model
+from .tensor_types import PROMPT_STEP
 
 
 def rms_norm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
@@ -116,7 +117,9 @@ class ReferenceEngine:
     def act_format(self, name: str) -> str | None:
         """How the JIT rounds the activations that meet weight `name`: "q8k", "q8a" or None."""
         if (name in self.act_q8k and self.q8k_min_tokens is not None
-                and self._step_tokens >= self.q8k_min_tokens):
+                and self._step_tokens >= self.q8k_min_tokens
+                and (self.model.tensors[name].type.q8k_prompt
+                     or self._step_tokens < PROMPT_STEP)):
             return "q8k"
         return "q8a" if name in self.act_quant else None
 

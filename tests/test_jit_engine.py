@@ -459,3 +459,27 @@ def test_available_memory_reads_the_cgroup_limit(tmp_path):
     assert available_memory(str(tmp_path)) == int(1.5 * 2**30)
     (tmp_path / "memory.max").write_text("max\n")
     assert available_memory(str(tmp_path)) > 2 * 2**30 or available_memory() < 2 * 2**30
+
+
+@pytest.mark.parametrize("mix", ["Q2_K", "Q3_K", "IQ4_XS"])
+def test_q8k_only_types_sites(synth_dir, mix):
+    """Types with Q8K kernels only (no Q8A kernels, no row panels): integer dots on Q8K in the
+    decode and batch programs, the float path in the prompt-chunk program (measured faster
+    there), and the reference oracle rounds their inputs by the same rule. Catches a type that
+    silently stays on the float path for decode, a prompt program sent to the 1-row tiles, and
+    a reference that rounds where the engine does not."""
+    model = load_model(synth_model(synth_dir, "tiny-llama", mix, n_ff=512))
+    eng = JITEngine(model, n_ctx=64, max_seqs=4, threads=2, max_batch_tokens=32)
+    ref = ReferenceEngine(model, n_ctx=64, max_seqs=4, act_quant=True,
+                          q8k_min_tokens=Q8K_MIN_TOKENS)
+    try:
+        name = "blk.0.attn_q.weight"
+        assert model.tensor(name).type.name == mix
+        for bucket in eng.buckets:
+            want = "matmul_q8k" if bucket <= 16 else "matmul"
+            assert _site_ops(eng, bucket)[name] == want, (bucket, want)
+        for n, fmt in ((1, "q8k"), (16, "q8k"), (17, None), (32, None)):
+            ref._step_tokens = n
+            assert ref.act_format(name) == fmt, n
+    finally:
+        eng.close()

@@ -88,7 +88,8 @@ def _all_native_and_low(M, K, acc=0):
                     yield level, _spec("Q4_K", v.family, level, tile, M, K, acc)
 
 
-_F16_OFFSETS = {"Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,), "Q2_K": (80, 82), "Q3_K": (108,)}
+_F16_OFFSETS = {"Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,), "Q2_K": (80, 82), "Q3_K": (108,),
+                "IQ4_XS": (0,)}
 
 
 @pytest.mark.parametrize("dtype", TYPES)
@@ -125,7 +126,8 @@ def test_f16_edge_scales_and_extreme_activations(dtype):
                                            atol=atol * 1000, err_msg=spec.label())
 
 
-_SCALE_BYTE = {"Q4_K": 4 + 2, "Q5_K": 4 + 2, "Q6_K": 192 + 5, "Q2_K": 5, "Q3_K": 96 + 5}
+_SCALE_BYTE = {"Q4_K": 4 + 2, "Q5_K": 4 + 2, "Q6_K": 192 + 5, "Q2_K": 5, "Q3_K": 96 + 5,
+               "IQ4_XS": 4 + 1}
 
 
 @pytest.mark.parametrize("dtype", TYPES)

@@ -53,14 +53,15 @@ VARIANTS: tuple[Variant, ...] = (
 )
 
 # magnitude of the f16 d for weights of about unit size (quant range x sub-block scale range)
-D_SCALE = {"Q4_K": 1 / 256, "Q5_K": 1 / 512, "Q6_K": 1 / 2048, "Q2_K": 1 / 32, "Q3_K": 1 / 128}
+D_SCALE = {"Q4_K": 1 / 256, "Q5_K": 1 / 512, "Q6_K": 1 / 2048, "Q2_K": 1 / 32, "Q3_K": 1 / 128,
+           "IQ4_XS": 1 / 4096}
 
 # (rtol, atol) against the float64 reference for data of about unit size (make_case, and
 # matmul_q8's cases with RANDOM_WEIGHTS): integer dots per 32-block (16-group for Q6_K) are
 # exact, the error is float32 rounding of the per-block scales and of the sums over blocks
 # (and, Q4_K/Q5_K, of the separate min term). Tightness: tests/test_kernels_matmul_q8k.py.
 TOLERANCE = {"Q4_K": (1e-5, 2e-5), "Q5_K": (1e-5, 2e-5), "Q6_K": (1e-5, 2e-5),
-             "Q2_K": (1e-5, 2e-5), "Q3_K": (1e-5, 2e-5)}
+             "Q2_K": (1e-5, 2e-5), "Q3_K": (1e-5, 2e-5), "IQ4_XS": (1e-5, 2e-5)}
 
 
 def random_weights(dtype: str, rng: np.random.Generator, M: int, K: int) -> np.ndarray:
@@ -78,6 +79,8 @@ def random_weights(dtype: str, rng: np.random.Generator, M: int, K: int) -> np.n
         b[:, 208:210] = d.view(np.uint8).reshape(nb, 2)
     elif dtype == "Q3_K":                                # hmask qs scales[12] d f16
         b[:, 108:110] = d.view(np.uint8).reshape(nb, 2)
+    elif dtype == "IQ4_XS":                              # d f16, scales_h, scales_l[4], qs
+        b[:, 0:2] = d.view(np.uint8).reshape(nb, 2)
     elif dtype == "Q2_K":                                # scales[16] qs[64] d dmin f16
         dmin = (d.astype(np.float32) * rng.uniform(0.5, 2.0, nb)).astype(np.float16)
         b[:, 80:82] = d.view(np.uint8).reshape(nb, 2)
@@ -91,7 +94,7 @@ def random_weights(dtype: str, rng: np.random.Generator, M: int, K: int) -> np.n
 
 
 RANDOM_WEIGHTS = {dt: functools.partial(random_weights, dt) for dt in K_TYPES}
-Q8K_ONLY_TYPES = ("Q2_K", "Q3_K")            # K-quants with Q8K kernels only (op matmul_q8k)
+Q8K_ONLY_TYPES = ("Q2_K", "Q3_K", "IQ4_XS")  # types with Q8K kernels only (op matmul_q8k)
 
 
 def random_activations(rng: np.random.Generator, n: int, K: int) -> np.ndarray:

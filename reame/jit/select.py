@@ -20,7 +20,7 @@ from ..codegen import registry
 from ..codegen.isa import ISA
 from ..codegen.panel_layout import PANEL_ROWS
 from ..codegen.spec import KernelSpec
-from ..tensor_types import TENSOR_TYPES
+from ..tensor_types import PROMPT_STEP, TENSOR_TYPES
 
 # K-quant weights read Q8K activations (one scale per 256 values, op matmul_q8k) in programs for
 # at least this many tokens, Q8A (matmul_q8) below: see docs/engine.md for the measurements
@@ -48,7 +48,8 @@ def matmul_site(dtype: str, rows: int, K: int, n_tokens: int, isa: ISA, acc: int
     for steps of up to n_tokens tokens:
     - quantised weights with integer-dot kernels at this level read 8-bit activations (unless
       int_dot=False, `--act-type f32`): Q8K for the type table's q8k types (K a multiple of
-      256) in programs of >= q8k_min_tokens tokens, through matmul_q8k_rp on a copy repacked
+      256) in programs of >= q8k_min_tokens tokens (prompt-chunk programs only for the
+      q8k_prompt types), through matmul_q8k_rp on a copy repacked
       into the row-panel layout for the row_panel types with whole 16-row panels where the
       level has the panel kernels, else matmul_q8k on the file's bytes; Q8A (K a multiple of
       32) through matmul_q8 otherwise;
@@ -61,7 +62,8 @@ def matmul_site(dtype: str, rows: int, K: int, n_tokens: int, isa: ISA, acc: int
     dims = dict(M=rows, K=K, acc=acc)
     if int_dot and t.quantized:
         if (q8k_ok and t.q8k and K % 256 == 0 and q8k_min_tokens is not None
-                and n_tokens >= q8k_min_tokens and has_kernel("matmul_q8k", dtype, isa)):
+                and n_tokens >= q8k_min_tokens and (t.q8k_prompt or n_tokens < PROMPT_STEP)
+                and has_kernel("matmul_q8k", dtype, isa)):
             if (row_panel and t.row_panel and rows % PANEL_ROWS == 0
                     and any(v.family == "panel" and v.usable(isa)
                             for v in registry.get_op("matmul_q8k_rp").variants)):

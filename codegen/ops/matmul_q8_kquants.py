@@ -37,17 +37,19 @@ K_TYPES = ("Q4_K", "Q5_K", "Q6_K")          # the K-quants with Q8A kernels (typ
 ARGS = ("w", "xq", "y", "n")
 _TILES = "nt = tokens per weight pass, u = superblocks per loop step, pf = prefetch distance (B)"
 
+# the 1-row tiles of the K-quant families, shared with op matmul_q8k (same loop nest)
+TILES_PORTABLE = ({"nt": 1, "u": 1}, {"nt": 4, "u": 1})
+TILES_AVX2 = ({"nt": 1, "u": 1, "pf": 8192}, {"nt": 4, "u": 1})
+TILES_VNNI = ({"nt": 1, "u": 1, "pf": 8192}, {"nt": 1, "u": 2, "pf": 8192}, {"nt": 4, "u": 1},
+              {"nt": 8, "u": 1})
+
 VARIANTS: tuple[Variant, ...] = (
-    Variant("kgeneric", "generic", K_TYPES,
-            ({"nt": 1, "u": 1}, {"nt": 4, "u": 1}),
+    Variant("kgeneric", "generic", K_TYPES, TILES_PORTABLE,
             "portable: 32-lane sext/mul/reduce per 32-block, 8-lane float scaling; " + _TILES),
-    Variant("kavx2", "avx2", K_TYPES,
-            ({"nt": 1, "u": 1, "pf": 8192}, {"nt": 4, "u": 1}),
+    Variant("kavx2", "avx2", K_TYPES, TILES_AVX2,
             "AVX2 vpmaddubsw + vpmaddwd (sub-block scales as the i16 multiplier), one 32-block "
             "per ymm; " + _TILES),
-    Variant("kvnni", "avx512_vnni", K_TYPES,
-            ({"nt": 1, "u": 1, "pf": 8192}, {"nt": 1, "u": 2, "pf": 8192}, {"nt": 4, "u": 1},
-             {"nt": 8, "u": 1}),
+    Variant("kvnni", "avx512_vnni", K_TYPES, TILES_VNNI,
             "AVX-512 VNNI vpdpbusd, two 32-blocks per zmm, GFNI nibble split on GFNI hosts; "
             + _TILES),
 )

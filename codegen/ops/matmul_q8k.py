@@ -37,7 +37,8 @@ from reame.tensor_types import TENSOR_TYPES
 
 from .. import q8k
 from .base import Case, Op, Variant
-from .matmul_q8_kquants import random_activations, random_weights
+from .matmul_q8_kquants import (TILES_AVX2, TILES_PORTABLE, TILES_VNNI, random_activations,
+                                random_weights)
 
 K_TYPES = tuple(t.name for t in TENSOR_TYPES.values() if t.q8k)   # the type table's Q8K types
 TUNED = ("Q4_K", "Q5_K", "Q6_K")   # types of the avx2 and panel families (generic, vnni: all)
@@ -74,16 +75,13 @@ OP = Op(
     args=("w", "xq", "y", "n"),
     dims=("M", "K", "acc"),
     variants=(
-        Variant("generic", "generic", K_TYPES, ({"nt": 1, "u": 1}, {"nt": 4, "u": 1}),
+        Variant("generic", "generic", K_TYPES, TILES_PORTABLE,
                 "portable: 32-lane zext/sext/mul/reduce per 32-block, integer sub-block "
                 "scales and sub-scales, one float scale per superblock; " + _TILES),
-        Variant("avx2", "avx2", TUNED,
-                ({"nt": 1, "u": 1, "pf": 8192}, {"nt": 4, "u": 1}),
+        Variant("avx2", "avx2", TUNED, TILES_AVX2,
                 "AVX2 vpmaddubsw + vpmaddwd (sub-block scale as the i16 multiplier) + vpmulld "
                 "(activation sub-scale), int32 sums per superblock; " + _TILES),
-        Variant("vnni", "avx512_vnni", K_TYPES,
-                ({"nt": 1, "u": 1, "pf": 8192}, {"nt": 1, "u": 2, "pf": 8192},
-                 {"nt": 4, "u": 1}, {"nt": 8, "u": 1}),
+        Variant("vnni", "avx512_vnni", K_TYPES, TILES_VNNI,
                 "AVX-512 VNNI, 64 values per zmm: vpdpbusd, vpackssdw, integer scale words "
                 "(weight sub-block scale x activation sub-scale), vpmaddwd/vpdpwssd; int32 sums "
                 "per superblock; " + _TILES),

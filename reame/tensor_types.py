@@ -66,8 +66,7 @@ TENSOR_TYPES: dict[str, TensorType] = {t.name: t for t in (
     _row("Q2_K", True, q8k=True),
     _row("Q3_K", True, q8k=True),
     _row("IQ4_XS", True, q8k=True),
-    # float path only so far (weights dequantised in registers, f32 activations)
-    _row("IQ4_NL", True),
+    _row("IQ4_NL", True, int_dot=True),
 )}
 
 BY_GGML: dict[int, TensorType] = {int(t.ggml): t for t in TENSOR_TYPES.values()}

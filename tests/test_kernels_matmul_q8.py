@@ -19,7 +19,7 @@ from reame.codegen.registry import get_op
 from conftest import guarded_bytes, host_levels, isa_at as _isa
 
 OP = get_op("matmul_q8")
-TYPES = ("Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1")
+TYPES = ("Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "IQ4_NL")
 LEVELS = host_levels()
 # (M, K, acc): K/32 = 7 (a loop step, a left-over pair and a lone block for u=2), 33, 1
 DIMS = ((37, 224, 0), (13, 1056, 1), (2, 32, 1))

@@ -28,6 +28,7 @@ from . import matmul_q8_kquants as _k
 from .base import Case, Op, Variant
 
 LEGACY = ("Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1")
+LEVELS4 = ("IQ4_NL",)          # 4-bit indices into 16 levels: families generic and vnni
 PANEL_FAMILY_TYPES = ("Q8_0", "Q4_0", "Q4_1")   # family `panel` (row-panel register tiles)
 
 K_VARIANTS: tuple[Variant, ...] = _k.VARIANTS
@@ -37,10 +38,10 @@ K_TOLERANCE: dict = _k.TOLERANCE
 # byte offsets of the f16 fields of a block (d, and m / dmin): set to sane finite values in random
 # blocks; every other byte of a block (quants, high bits, sub-block scales) may be any value
 _F16_FIELDS = {"Q8_0": (0,), "Q4_0": (0,), "Q4_1": (0, 2), "Q5_0": (0,), "Q5_1": (0, 2),
-               "Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,)}
+               "Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,), "IQ4_NL": (0,)}
 # magnitude of d for weights of about unit size (quant range times sub-block scale range)
 _D_SCALE = {"Q8_0": 1 / 64, "Q4_0": 1 / 8, "Q4_1": 1 / 8, "Q5_0": 1 / 16, "Q5_1": 1 / 16,
-            "Q4_K": 1 / 256, "Q5_K": 1 / 512, "Q6_K": 1 / 2048}
+            "Q4_K": 1 / 256, "Q5_K": 1 / 512, "Q6_K": 1 / 2048, "IQ4_NL": 1 / 128}
 
 
 def random_weights(dtype: str, rng: np.random.Generator, M: int, K: int) -> np.ndarray:
@@ -53,7 +54,7 @@ def random_weights(dtype: str, rng: np.random.Generator, M: int, K: int) -> np.n
     b = np.frombuffer(rng.bytes(nb * tt.type_size), np.uint8).reshape(nb, tt.type_size).copy()
     for i, off in enumerate(_F16_FIELDS[dtype]):
         v = rng.uniform(0.5, 1.5, nb) * _D_SCALE[dtype] * (4.0 if i else 1.0)
-        if dtype in LEGACY:
+        if dtype in LEGACY + LEVELS4:
             v *= rng.choice((-1.0, 1.0), nb)
         b[:, off:off + 2] = v.astype(np.float16).view(np.uint8).reshape(nb, 2)
     return b.reshape(M, tt.row_bytes(K))
@@ -107,12 +108,12 @@ OP = Op(
     args=("w", "xq", "y", "n"),
     dims=("M", "K", "acc"),
     variants=(
-        Variant("generic", "generic", LEGACY, ({"nt": 1}, {"nt": 4}),
+        Variant("generic", "generic", LEGACY + LEVELS4, ({"nt": 1}, {"nt": 4}),
                 "portable vector IR: sext i8 -> i32, mul, reduce add; " + _TOKENS_DOC),
         Variant("avx2", "avx2", LEGACY, ({"nt": 1, "u": 2, "pf": 8192}, {"nt": 4, "u": 1}),
                 "AVX2: one block per vpmaddubsw + vpmaddwd; " + _TOKENS_DOC
                 + ", u = blocks per loop step, pf = weight prefetch distance (bytes)"),
-        Variant("vnni", "avx512_vnni", LEGACY,
+        Variant("vnni", "avx512_vnni", LEGACY + LEVELS4,
                 ({"nt": 1, "u": 2, "pf": 8192}, {"nt": 1, "u": 4, "pf": 8192},
                  {"nt": 4, "u": 1}, {"nt": 8, "u": 1}),
                 "AVX-512 VNNI: two blocks per vpdpbusd, zero points folded into the accumulator; "

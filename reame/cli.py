@@ -42,7 +42,10 @@ def cmd_info(args) -> int:
         ("layers", info["layers"]),
         ("embedding", info["embedding_length"]),
         ("heads / kv heads", f"{info['heads']} / {info['kv_heads']} (head dim {info['head_dim']})"),
-        ("feed-forward", info["feed_forward_length"]),
+        ("feed-forward", info["feed_forward_length"] if not info["experts"] else
+         "{count} experts, {used} per token, {length} wide".format(**info["experts"])
+         + (f", a shared one {info['experts']['shared_length']} wide"
+            if info["experts"]["shared_length"] else "")),
         ("vocabulary", info["vocab_size"]),
         ("rope", f"{rope['style']}, theta {rope['theta']:g}, {rope['dims']} dims, "
                  f"scaling {rope['scaling']}"),

@@ -72,6 +72,8 @@ class Model:
             "kv_heads": c.n_head_kv,
             "head_dim": c.head_dim,
             "feed_forward_length": c.n_ff,
+            "experts": ({"count": c.n_expert, "used": c.n_expert_used, "length": c.n_ff_exp,
+                         "shared_length": c.n_ff_shexp} if c.n_expert else None),
             "vocab_size": c.n_vocab,
             "rope": {"style": "neox" if c.rope_neox else "normal", "theta": c.rope_theta,
                      "dims": c.rope_dim, "scaling": c.rope_scaling.type,

@@ -81,6 +81,20 @@ def test_info_json(capsys, stories):
     assert info["vocab_size"] == 512 and info["layers"] == 5 and info["file"] == stories
 
 
+def test_info_of_a_mixture_of_experts(capsys, stories, tmp_path):
+    """An MoE file's feed-forward line names its experts (a dense size of 0 told nothing)."""
+    from bench.synth import write_model
+    p = str(write_model(tmp_path / "moe.gguf", "tiny-qwen2moe", vocab="none"))
+    rc, out, _ = cli(capsys, "info", p)
+    assert rc == 0
+    assert "8 experts, 2 per token, 128 wide, a shared one 256 wide" in out
+    rc, out, _ = cli(capsys, "info", p, "--json")
+    assert json.loads(out)["experts"] == {"count": 8, "used": 2, "length": 128,
+                                          "shared_length": 256}
+    rc, out, _ = cli(capsys, "info", stories, "--json")
+    assert json.loads(out)["experts"] is None
+
+
 # ---- malformed models -------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")

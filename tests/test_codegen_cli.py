@@ -144,10 +144,10 @@ def test_dump_with_isa_tile_and_dims(capsys):
     # --tile picks among several tiles; without it the last (most specific) one is dumped
     rc, out, _ = run(capsys, "--dump", "matmul", "--dtype", "Q4_K", "--family", "generic",
                      "--tile", "rows=1", "--dims", "M=64,K=256", "--isa", "generic")
-    assert dumped(out)[0] == "matmul/Q4_K/generic@generic[K=256,M=64,acc=0,rows=1,toks=4,vl=4]"
+    assert dumped(out)[0] == "matmul/Q4_K/generic@generic[K=256,M=64,acc=0,nt=4,rows=1,vl=4]"
     rc, out, _ = run(capsys, "--dump", "matmul", "--dtype", "Q4_K", "--family", "generic",
                      "--dims", "M=64,K=256", "--isa", "generic")
-    assert dumped(out)[0] == "matmul/Q4_K/generic@generic[K=256,M=64,acc=0,rows=2,toks=4,vl=4]"
+    assert dumped(out)[0] == "matmul/Q4_K/generic@generic[K=256,M=64,acc=0,nt=4,rows=2,vl=4]"
 
 
 def test_dump_defaults_to_the_first_type_and_example_dims(capsys):

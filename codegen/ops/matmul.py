@@ -6,8 +6,8 @@ Families (templates/matmul_{family}.ll.j2):
   avx512   the same loop nest tuned for 16 lanes and 32 registers
   gemm     outer-product register tile over a packed, dequantised weight panel (prefill)
 
-The dot-product families (tile `rows` x `toks`) dequantise each block of `rows` weight rows once
-and use it for `toks` tokens; they walk tokens in panels that stay in L2. For n < toks (decode)
+The dot-product families (tile `rows` x `nt`) dequantise each block of `rows` weight rows once
+and use it for `nt` tokens; they walk tokens in panels that stay in L2. For n < nt (decode)
 they keep one weight-row stream per thread with several accumulators (FACTS.md: several rows per
 iteration is 2.6x slower from DRAM). `gemm` (tile `mr` vectors of rows x `nr` tokens, `kc` deep)
 dequantises a panel of mr*lanes rows x kc into a k-major buffer on the stack and runs an
@@ -117,13 +117,13 @@ OP = Op(
     dims=("M", "K", "acc"),
     variants=(
         Variant("generic", "generic", ALL_TYPES,
-                ({"vl": 4, "rows": 1, "toks": 4}, {"vl": 4, "rows": 2, "toks": 4}),
+                ({"vl": 4, "rows": 1, "nt": 4}, {"vl": 4, "rows": 2, "nt": 4}),
                 "dot-product form, portable 4-lane vectors"),
         Variant("avx2", "avx2", ALL_TYPES,
-                ({"rows": 1, "toks": 4}, {"rows": 2, "toks": 4}),
+                ({"rows": 1, "nt": 4}, {"rows": 2, "nt": 4}),
                 "dot-product form, 8 lanes, 16 registers"),
         Variant("avx512", "avx512", ALL_TYPES,
-                ({"rows": 1, "toks": 8}, {"rows": 2, "toks": 6}, {"rows": 4, "toks": 4}),
+                ({"rows": 1, "nt": 8}, {"rows": 2, "nt": 6}, {"rows": 4, "nt": 4}),
                 "dot-product form, 16 lanes, 32 registers"),
         Variant("gemm", "avx2", ALL_TYPES,
                 ({"vl": 8, "mr": 2, "nr": 6}, {"vl": 8, "mr": 1, "nr": 12}),

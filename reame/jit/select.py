@@ -73,7 +73,9 @@ def matmul_site(dtype: str, rows: int, K: int, n_tokens: int, isa: ISA, acc: int
             return Site(choose("matmul_q8", dtype, isa, tt, **dims), "q8a", "gguf")
     return Site(choose("matmul", dtype, isa, tt, **dims), None, "gguf")
 
-TOKEN_TILE_KEYS = ("nt", "toks", "nr", "rb")   # tile keys that count tokens per weight pass
+# tile keys that count tokens per pass: nt (every matmul family's tokens per weight pass), nr
+# (the GEMM micro-kernel's tokens, BLAS's name), rb (attention's query rows per block)
+TOKEN_TILE_KEYS = ("nt", "nr", "rb")
 
 
 def _rank(isa: ISA, level: str) -> int:

@@ -1,4 +1,4 @@
-; golden: matmul_Q8_0_generic: matmul/Q8_0/generic@generic[K=64,M=64,acc=0,rows=1,toks=4,vl=4]
+; golden: matmul_Q8_0_generic: matmul/Q8_0/generic@generic[K=64,M=64,acc=0,nt=4,rows=1,vl=4]
 ; symbol: reame_matmul_Q8_0_generic_generic_829cb2cae6d4
 ; matmul (generic): y[n, M] = x[n, K] @ W[M, K]^T, W Q8_0, M = 64, K = 64
 ; args: [0] w: M rows of 68 bytes   [1] x: f32 [n, K]   [2] y: f32 [n, M]   [3] n

@@ -38,6 +38,7 @@ from gguf import (GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType, GGUFWri
 from gguf import quants
 
 from reame.config import ARCHITECTURES, ModelConfig, expected_tensors
+from reame.tensor_types import IQ4_LEVELS as TYPE_IQ4_LEVELS
 
 SYNTH_VERSION = 1          # in the cache file names: bump when a call's output changes
 REPO = Path(__file__).resolve().parent.parent
@@ -315,8 +316,7 @@ def _k_blocks(rng: np.random.Generator, type_name: str, n_blocks: int, std: floa
     return b
 
 
-IQ4_LEVELS = np.array((-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113),
-                      np.float64)
+IQ4_LEVELS = np.array(TYPE_IQ4_LEVELS, np.float64)
 
 
 def _signed_6bit_scales(rng: np.random.Generator, shape) -> np.ndarray:

@@ -19,6 +19,7 @@ import jinja2
 
 from . import panel_layout
 from .isa import ISA
+from .types import IQ4_LEVELS
 
 TEMPLATE_DIR = Path(__file__).resolve().parent.parent / "templates"
 SYMBOL_PLACEHOLDER = "@__KERNEL__"
@@ -95,7 +96,8 @@ def environment() -> jinja2.Environment:
                            fail=_fail,
                            panel_offsets=panel_layout.record_offsets,
                            panel_segments=lambda dtype: panel_layout.SEGMENTS[dtype],
-                           panel_record=panel_layout.record_bytes)
+                           panel_record=panel_layout.record_bytes,
+                           iq4_levels=IQ4_LEVELS)
         env.filters.update(f32=f32_hex, f64=f64_hex)
         _ENV = env
     return _ENV

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from reame.tensor_types import TENSOR_TYPES
+from reame.tensor_types import IQ4_LEVELS, TENSOR_TYPES  # noqa: F401  (IQ4_LEVELS: for templates)
 
 
 def type_info(dtype: str) -> dict:

@@ -14,6 +14,7 @@ import numpy as np
 
 from .batch import Batch
 from .codegen import q8a, q8k
+from .codegen.ops.moe_route import route
 from .config import ModelConfig
 from .kv_cache import DEFAULT_BLOCK_SIZE, DEFAULT_MAX_CTX, PagedKVCache
 from .model import Model
@@ -59,11 +60,6 @@ def rope_angles(c: ModelConfig, positions: np.ndarray, freq_factors=None):
 def softmax(x: np.ndarray) -> np.ndarray:
     e = np.exp(x - x.max(-1, keepdims=True))
     return e / e.sum(-1, keepdims=True)
-
-
-def route_top_k(probs: np.ndarray, k: int) -> np.ndarray:
-    """The k experts of largest probability per row, largest first (ties: lowest index)."""
-    return np.argsort(-probs, axis=1, kind="stable")[:, :k]
 
 
 def apply_rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, rope_dim: int, neox: bool):
@@ -192,10 +188,7 @@ class ReferenceEngine:
         unrounded when their two weights' formats differ)."""
         c, w = self.config, self.w
         probs = softmax(self.linear(h, p + "ffn_gate_inp.weight"))          # [n, E]
-        top = route_top_k(probs, c.n_expert_used)                           # [n, k]
-        wts = np.take_along_axis(probs, top, axis=1)
-        if c.moe_norm:
-            wts = wts / np.maximum(wts.sum(1, keepdims=True), np.float32(6.103515625e-5))
+        top, wts = route(probs, c.n_expert_used, c.moe_norm)                # [n, k] each
         out = np.zeros_like(h)
         names = [p + f"ffn_{m}_exps.weight" for m in ("gate", "up", "down")]
         gate, up, down = (w[name] for name in names)

@@ -69,6 +69,9 @@ TENSOR_TYPES: dict[str, TensorType] = {t.name: t for t in (
     _row("IQ4_NL", True, int_dot=True),
 )}
 
+# IQ4_NL / IQ4_XS: the 16 signed levels a 4-bit index selects (gguf's own table)
+IQ4_LEVELS: tuple[int, ...] = tuple(int(v) for v in _quants.IQ4_NL.kvalues)
+
 BY_GGML: dict[int, TensorType] = {int(t.ggml): t for t in TENSOR_TYPES.values()}
 
 

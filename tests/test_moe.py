@@ -14,7 +14,8 @@ from reame.codegen.kernels import build
 from reame.codegen.registry import get_op
 from reame.jit.engine import Q8K_MIN_TOKENS, JITEngine
 from reame.model import load_model
-from reame.reference import ReferenceEngine, route_top_k, softmax
+from reame.codegen.ops.moe_route import route
+from reame.reference import ReferenceEngine, softmax
 from conftest import shared_path
 
 ISA = detect()
@@ -116,7 +117,7 @@ def test_decode_reads_only_the_picked_experts(tmp_path_factory, stories_vocab):
 
     def spy(self, h, p):
         probs = softmax(self.linear(h, p + "ffn_gate_inp.weight"))
-        picked[p] = set(route_top_k(probs, c.n_expert_used)[-1].tolist())
+        picked[p] = set(route(probs, c.n_expert_used, c.moe_norm)[0][-1].tolist())
         return orig_moe(self, h, p)
     ReferenceEngine.moe = spy
     try:

@@ -35,7 +35,9 @@ from .base import Case, Op, Variant
 
 
 def route(probs: np.ndarray, nu: int, norm: bool):
-    """(expert ids [n, nu], weights [n, nu]) as the kernel computes them (float32)."""
+    """(expert ids [n, nu], weights [n, nu]) as the kernel computes them (float32): the nu
+    largest probabilities per row, largest first (ties: the lowest index), renormalised to sum
+    1 (with llama.cpp's floor on the sum) when `norm`. Also the reference engine's routing."""
     ids = np.argsort(-probs, axis=1, kind="stable")[:, :nu]
     w = np.take_along_axis(probs, ids, axis=1).astype(np.float32)
     if norm:

@@ -33,6 +33,8 @@ BUCKETS = (1, 4, 8, 16)     # step sizes with their own program (plus one up to 
 assert BUCKETS[-1] + 1 == PROMPT_STEP   # the prompt-chunk rule of the type table (and reference)
 # Which kernel, activations and weight layout serve each matmul site: select.matmul_site, from
 # the type table's traits (reame/tensor_types.py: int_dot, q8k, row_panel) and Q8K_MIN_TOKENS.
+# The 8-bit activation copies a site may read: format -> (the op making it, its row bytes)
+ACT_COPIES = {"q8a": ("quantize_q8", q8a.row_stride), "q8k": ("quantize_q8k", q8k.row_stride)}
 
 
 class JITEngine:
@@ -165,8 +167,8 @@ class JITEngine:
             xq = (self.kbuf if plan.act == "q8k" else self.qbuf)[xname]
             key = xname + (":q8k" if plan.act == "q8k" else "")
             if key not in quantized:
-                qop = "quantize_q8k" if plan.act == "q8k" else "quantize_q8"
-                P.op(f"{'quantize_q8k' if plan.act == 'q8k' else 'quantize'}.{site}",
+                qop = ACT_COPIES[plan.act][0]
+                P.op(f"{'quantize' if plan.act == 'q8a' else qop}.{site}",
                      choose(qop, "F32", isa, bucket, K=K), x=x, xq=xq, n=n)
                 quantized.add(key)
             P.op(site, plan.spec, w=w, xq=xq, y=y, n=n)
@@ -269,19 +271,18 @@ class JITEngine:
         if sg.act != su.act:                   # gate and up read one copy of the inputs
             sg, su = (matmul_site(t.type.name, FE, c.n_embd, bucket, isa, int_dot=False,
                                   tile_tokens=per_expert) for t in (tg, tu))
-        row_bytes = {None: lambda k: 4 * k, "q8a": q8a.row_stride, "q8k": q8k.row_stride}
-        quantize_op = {"q8a": "quantize_q8", "q8k": "quantize_q8k"}
+        row_bytes = lambda act, k: ACT_COPIES[act][1](k) if act else 4 * k   # noqa: E731
         blocks = np.zeros((E, 3), np.int64)
         outs = np.array([self.eg.ctypes.data, self.eu.ctypes.data, self.ed.ctypes.data,
                          (self.xgq if sg.act else self.xg).ctypes.data,
                          (self.egq if sd.act else self.eg).ctypes.data], np.int64)
         P.op(b + "ffn_route", spec("moe_route", E=E, NU=NU, K=c.n_embd, F=FE,
-                                   norm=int(c.moe_norm), XS=row_bytes[sg.act](c.n_embd),
-                                   DS=row_bytes[sd.act](FE)),
+                                   norm=int(c.moe_norm), XS=row_bytes(sg.act, c.n_embd),
+                                   DS=row_bytes(sd.act, FE)),
              probs=self.router, h=self.h, xg=self.xg, pos=self.epos, wgt=self.ewgt,
              blocks=blocks, outs=outs, n=N)
         if sg.act:
-            P.op(b + "ffn_exps_quantize", choose(quantize_op[sg.act], "F32", isa, bucket,
+            P.op(b + "ffn_exps_quantize", choose(ACT_COPIES[sg.act][0], "F32", isa, bucket,
                                                  K=c.n_embd), x=self.xg, xq=self.xgq, n=N * NU)
         ops = [[0, 0, 0] for _ in range(E)]
         for j, (name, t, site, M_) in enumerate((("gate", tg, sg, FE), ("up", tu, su, FE),
@@ -297,7 +298,7 @@ class JITEngine:
                 P.op(b + "ffn_exps_swiglu", spec("swiglu", F=FE), g=self.eg, u=self.eu,
                      y=self.eg, n=N * NU)
                 if sd.act:
-                    P.op(b + "ffn_exps_quantize_down", choose(quantize_op[sd.act], "F32", isa,
+                    P.op(b + "ffn_exps_quantize_down", choose(ACT_COPIES[sd.act][0], "F32", isa,
                                                               bucket, K=FE),
                          x=self.eg, xq=self.egq, n=N * NU)
         if c.n_ff_shexp:

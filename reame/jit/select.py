@@ -69,7 +69,7 @@ def matmul_site(dtype: str, rows: int, K: int, n_tokens: int, isa: ISA, acc: int
                             for v in registry.get_op("matmul_q8k_rp").variants)):
                 return Site(choose("matmul_q8k_rp", dtype, isa, tt, **dims), "q8k", "row_panel")
             return Site(choose("matmul_q8k", dtype, isa, tt, **dims), "q8k", "gguf")
-        if q8a_ok and K % 32 == 0 and int_path(dtype, isa):
+        if q8a_ok and K % 32 == 0 and has_kernel("matmul_q8", dtype, isa):
             return Site(choose("matmul_q8", dtype, isa, tt, **dims), "q8a", "gguf")
     return Site(choose("matmul", dtype, isa, tt, **dims), None, "gguf")
 
@@ -170,11 +170,3 @@ def has_kernel(op_name: str, dtype: str, isa: ISA) -> bool:
     """Whether op `op_name` has a variant for weights of `dtype` at this level."""
     return any(dtype in v.dtypes and v.usable(isa) for v in registry.get_op(op_name).variants)
 
-
-def int_path(dtype: str, isa: ISA) -> bool:
-    """True when quantised weights of `dtype` have an integer-dot kernel at this level."""
-    try:
-        op = registry.get_op("matmul_q8")
-    except ValueError:
-        return False
-    return any(dtype in v.dtypes and v.usable(isa) for v in op.variants)

@@ -71,6 +71,9 @@ class Shape:
     n_ff_exp: int = 0             # expert inner size (Mixtral: n_ff)
     n_ff_shexp: int = 0           # shared expert inner size (qwen2moe)
     name: str = ""                # general.name (default: the shape's name)
+    swa: int = 0                  # gemma2/3: attention.sliding_window (0: the key is not written)
+    attn_softcap: float = 0.0     # gemma2: attn_logit_softcapping (0: not written)
+    final_softcap: float = 0.0    # gemma2: final_logit_softcapping (0: not written)
 
     @property
     def head_size(self) -> int:
@@ -105,6 +108,16 @@ SHAPES: dict[str, Shape] = {
     "qwen3-30b-a3b-4l": Shape("qwen3moe", n_embd=2048, n_layer=4, n_head=32, n_head_kv=4,
                               n_ff=0, n_ctx=32768, head_dim=128, rope_theta=1e6, rms_eps=1e-6,
                               n_expert=128, n_expert_used=8, n_ff_exp=768, vocab="qwen2"),
+    # Gemma 2 / 3 with an 8-token window so that a short test sees it bite; Gemma 2 layer 0 is
+    # windowed (of every 2 layers the last is global) and its scores soft-capped at 2 (real: 50)
+    # so that the cap changes tokens; Gemma 3 has 6 layers (5 windowed: RoPE base 10000,
+    # unscaled; 1 global: base 1e6, linear x8) and per-head q/k norms
+    "tiny-gemma2": Shape("gemma2", n_embd=256, n_layer=2, n_head=4, n_head_kv=2, n_ff=352,
+                         n_ctx=512, rms_eps=1e-6, tied=True, vocab="llama-spm", swa=8,
+                         attn_softcap=2.0, final_softcap=3.0),
+    "tiny-gemma3": Shape("gemma3", n_embd=256, n_layer=6, n_head=4, n_head_kv=2, n_ff=352,
+                         n_ctx=512, head_dim=64, rope_theta=1e6, rms_eps=1e-6, tied=True,
+                         vocab="llama-spm", swa=8, rope_scaling="linear", rope_scaling_factor=8.0),
     "tinyllama-1.1b": Shape("llama", n_embd=2048, n_layer=22, n_head=32, n_head_kv=4, n_ff=5632,
                             n_ctx=2048, rms_eps=1e-5, vocab="llama-spm"),
 }
@@ -225,6 +238,7 @@ def model_config(shape: Shape, n_vocab: int) -> ModelConfig:
         qk_norm=traits["qk_norm"], tied_embeddings=shape.tied,
         fused_qkv=traits.get("fused_ffn", False), fused_ffn=traits.get("fused_ffn", False),
         rope_long_short=shape.rope_long_short, n_expert=shape.n_expert,
+        post_norms=bool(traits.get("gemma")),
         n_expert_used=shape.n_expert_used, n_ff_exp=shape.n_ff_exp, n_ff_shexp=shape.n_ff_shexp,
         moe_norm=traits.get("moe_norm", True) if shape.n_expert else False)
 
@@ -250,6 +264,8 @@ def plan_model(shape: Shape, mix: str, n_vocab: int, drop_tensors: Iterable[str]
         if len(tensors[name]) == 1:                       # norms and biases stay F32
             wanted = "F32"
             mean, std = (0.0, 0.02) if name.endswith(".bias") else (1.0, 0.05)
+            if ".post_" in name:       # Gemma's block-output norms: large enough that the
+                mean, std = 4.0, 0.2   # blocks, not the sqrt(n_embd)-scaled tied embedding, decide
         elif name.endswith("ffn_gate_inp.weight"):        # routers stay F32 (as llama.cpp)
             wanted = "F32"
             mean, std = 0.0, float(np.clip(1.0 / math.sqrt(dims[0]), 0.02, 0.1))
@@ -588,6 +604,10 @@ def write_model(path: str | os.PathLike, shape: str | Shape = "tiny-llama", mix:
             del kv[Keys.LLM.FEED_FORWARD_LENGTH.format(arch=a)]
         if s.n_ff_shexp:
             kv[f"{a}.expert_shared_feed_forward_length"] = s.n_ff_shexp
+    for key, v in (("attention.sliding_window", s.swa), ("attn_logit_softcapping", s.attn_softcap),
+                   ("final_logit_softcapping", s.final_softcap)):
+        if v:
+            kv[f"{a}.{key}"] = v
     if s.rope_scaling != "none":
         kv[Keys.Rope.SCALING_TYPE.format(arch=a)] = s.rope_scaling
         kv[Keys.Rope.SCALING_FACTOR.format(arch=a)] = s.rope_scaling_factor

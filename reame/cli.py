@@ -49,6 +49,10 @@ def cmd_info(args) -> int:
         ("vocabulary", info["vocab_size"]),
         ("rope", f"{rope['style']}, theta {rope['theta']:g}, {rope['dims']} dims, "
                  f"scaling {rope['scaling']}"),
+        *([("sliding window", "{window} tokens on {layers} of {n} layers".format(
+            n=info["layers"], **info["sliding_window"]))] if info["sliding_window"] else []),
+        *([("soft-capping", "scores {attention:g}, logits {logits:g}".format(
+            **info["softcap"]))] if info["softcap"] else []),
         ("tied embeddings", "yes" if info["tied_embeddings"] else "no"),
         ("tokenizer", info["tokenizer"] + (f" (pre: {info['tokenizer_pre']})"
                                            if info["tokenizer_pre"] else "")),

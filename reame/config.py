@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -15,6 +16,10 @@ from .errors import ModelError
 #   fused_ffn: one ffn_up [n_embd, 2 n_ff] holds gate (first half) and up (Phi-3); its q/k/v may
 #              be one attn_qkv [n_embd, q + k + v] too. Reame reads both through row views
 #              (model.unfuse), so the forward pass is Llama's.
+#   gemma:     Gemma 2 / 3: embeddings scaled by sqrt(n_embd), RMSNorm after attention and after
+#              the FFN too (post_attention_norm, post_ffw_norm), GeGLU (tanh GELU) instead of
+#              SwiGLU, sliding-window attention on some layers (swa_pattern: of every n layers,
+#              the last is global), Gemma 2's soft-capped attention scores and logits
 ARCHITECTURES = {
     "llama": dict(rope_neox=False, qkv_bias="optional", qk_norm=False),
     "qwen2": dict(rope_neox=True, qkv_bias="required", qk_norm=False),
@@ -24,6 +29,12 @@ ARCHITECTURES = {
     # Mixtral is `llama` with an expert_count)
     "qwen2moe": dict(rope_neox=True, qkv_bias="required", qk_norm=False, moe_norm=False),
     "qwen3moe": dict(rope_neox=True, qkv_bias="none", qk_norm=True, moe_norm=True),
+    "gemma2": dict(rope_neox=True, qkv_bias="none", qk_norm=False, gemma=True, swa_pattern=2,
+                   swa_default=4096, attn_softcap=50.0, final_softcap=30.0, swa_rope_scaled=True,
+                   big_layers=46),
+    "gemma3": dict(rope_neox=True, qkv_bias="none", qk_norm=True, gemma=True, swa_pattern=6,
+                   swa_default=0, attn_softcap=0.0, final_softcap=0.0, swa_rope_scaled=False,
+                   big_layers=62),
 }
 
 
@@ -68,10 +79,36 @@ class ModelConfig:
     n_ff_exp: int = 0             # inner size of one expert
     n_ff_shexp: int = 0           # inner size of the shared expert (Qwen2-MoE; 0: none)
     moe_norm: bool = False        # renormalise the selected experts' weights to sum 1
+    # Gemma 2 / 3
+    embd_scale: float = 1.0       # the embeddings are multiplied by this (Gemma: sqrt(n_embd))
+    post_norms: bool = False      # RMSNorm of the attention and FFN outputs before the residual
+    ffn_act: str = "silu"         # gated FFN activation: silu (SwiGLU) or gelu (GeGLU, tanh form)
+    attn_scale: float = 0.0       # score scale (0: 1/sqrt(head_dim))
+    attn_softcap: float = 0.0     # scores become c * tanh(s / c) (0: none)
+    final_softcap: float = 0.0    # logits become c * tanh(x / c) (0: none)
+    swa: int = 0                  # sliding window: a token sees the last `swa` positions
+    swa_layers: tuple[bool, ...] = ()   # per layer: does it use the window
+    swa_rope_theta: float = 0.0   # RoPE base of the windowed layers (0: rope_theta)
+    swa_rope_scaled: bool = True  # whether rope_scaling applies to the windowed layers too
 
     @property
     def n_gqa(self) -> int:
         return self.n_head // self.n_head_kv
+
+    @property
+    def kq_scale(self) -> float:
+        return self.attn_scale or 1.0 / math.sqrt(self.head_dim)
+
+    def is_swa(self, il: int) -> bool:
+        return bool(self.swa_layers) and self.swa_layers[il]
+
+    def rope_config(self, swa: bool) -> "ModelConfig":
+        """The config whose rope_theta / rope_scaling a layer's RoPE uses (windowed layers may
+        have their own base and no scaling: Gemma 3)."""
+        if not swa:
+            return self
+        return replace(self, rope_theta=self.swa_rope_theta or self.rope_theta,
+                       rope_scaling=self.rope_scaling if self.swa_rope_scaled else RopeScaling())
 
 
 def config_from_gguf(gf) -> ModelConfig:
@@ -154,6 +191,11 @@ def config_from_gguf(gf) -> ModelConfig:
         scaling = replace(scaling, orig_ctx=opt("rope.scaling.original_context_length",
                                                 opt("context_length", 0)))
 
+    n_layer = req("block_count")
+    gemma = {}
+    if traits.get("gemma"):
+        gemma = _gemma_traits(arch, traits, n_layer, n_embd, n_head, head_dim, opt, md, path)
+
     emb = gf.tensors.get("token_embd.weight")
     if emb is None:
         raise ModelError(path, "missing tensor token_embd.weight")
@@ -166,7 +208,7 @@ def config_from_gguf(gf) -> ModelConfig:
         name=str(md.get("general.name", arch)),
         n_vocab=n_vocab,
         n_embd=n_embd,
-        n_layer=req("block_count"),
+        n_layer=n_layer,
         n_head=n_head,
         n_head_kv=int(n_head_kv),
         head_dim=head_dim,
@@ -192,7 +234,43 @@ def config_from_gguf(gf) -> ModelConfig:
         if n_expert else 0,
         n_ff_shexp=opt("expert_shared_feed_forward_length", 0) if n_expert else 0,
         moe_norm=traits.get("moe_norm", True) if n_expert else False,
+        **gemma,
     )
+
+
+def _gemma_traits(arch, traits, n_layer, n_embd, n_head, head_dim, opt, md, path) -> dict:
+    """Gemma 2 / 3's config fields, read as llama.cpp reads them (src/models/gemma2.cpp,
+    gemma3.cpp): the window (Gemma 2: 4096 unless given; Gemma 3: windowed layers only when
+    attention.sliding_window is given), which layers use it (attention.sliding_window_pattern:
+    a per-layer array, or n: of every n layers the last is global), Gemma 3's own RoPE base for
+    windowed layers (rope.freq_base_swa, default 10000, unscaled), and the score scale
+    (1/sqrt(n_embd / n_head) for the 27B models, recognised by depth, else 1/sqrt(head_dim))."""
+    swa = opt("attention.sliding_window", traits["swa_default"])
+    pattern = md.get(f"{arch}.attention.sliding_window_pattern", traits["swa_pattern"])
+    if swa and swa < 0:
+        raise ModelError(path, f"metadata key {arch}.attention.sliding_window is {swa}")
+    if not swa:
+        layers = ()
+    elif isinstance(pattern, (list, tuple, np.ndarray)):
+        if len(pattern) != n_layer:
+            raise ModelError(path, f"{arch}.attention.sliding_window_pattern has {len(pattern)} "
+                                   f"entries for {n_layer} layers")
+        layers = tuple(bool(x) for x in pattern)
+    elif isinstance(pattern, int) and not isinstance(pattern, bool) and pattern >= 0:
+        layers = tuple(pattern == 0 or il % pattern < pattern - 1 for il in range(n_layer))
+    else:
+        raise ModelError(path, f"metadata key {arch}.attention.sliding_window_pattern is "
+                               f"{pattern!r:.40}, expected an integer or a per-layer array")
+    big = n_layer == traits["big_layers"]
+    return dict(
+        embd_scale=float(np.float32(math.sqrt(n_embd))), post_norms=True, ffn_act="gelu",
+        attn_scale=1.0 / math.sqrt(n_embd // n_head if big else head_dim),
+        attn_softcap=opt("attn_logit_softcapping", traits["attn_softcap"], kind=float),
+        final_softcap=opt("final_logit_softcapping", traits["final_softcap"], kind=float),
+        swa=swa if layers and any(layers) else 0, swa_layers=layers if any(layers) else (),
+        swa_rope_theta=opt("rope.freq_base_swa", 0.0 if traits["swa_rope_scaled"] else 10000.0,
+                           kind=float),
+        swa_rope_scaled=traits["swa_rope_scaled"])
 
 
 def expected_tensors(c: ModelConfig) -> dict[str, tuple[int, ...]]:
@@ -220,6 +298,9 @@ def expected_tensors(c: ModelConfig) -> dict[str, tuple[int, ...]]:
         if c.qk_norm:
             t[b + "attn_q_norm.weight"] = (c.head_dim,)
             t[b + "attn_k_norm.weight"] = (c.head_dim,)
+        if c.post_norms:
+            t[b + "post_attention_norm.weight"] = (c.n_embd,)
+            t[b + "post_ffw_norm.weight"] = (c.n_embd,)
         t[b + "ffn_norm.weight"] = (c.n_embd,)
         if c.n_expert:
             E, F = c.n_expert, c.n_ff_exp

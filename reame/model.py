@@ -78,6 +78,9 @@ class Model:
             "rope": {"style": "neox" if c.rope_neox else "normal", "theta": c.rope_theta,
                      "dims": c.rope_dim, "scaling": c.rope_scaling.type,
                      "scaling_factor": c.rope_scaling.factor},
+            "sliding_window": ({"window": c.swa, "layers": sum(c.swa_layers)} if c.swa else None),
+            "softcap": ({"attention": c.attn_softcap, "logits": c.final_softcap}
+                        if c.attn_softcap or c.final_softcap else None),
             "tied_embeddings": c.tied_embeddings,
             "tokenizer": md.get("tokenizer.ggml.model", "none"),
             "tokenizer_pre": md.get("tokenizer.ggml.pre"),

@@ -3,7 +3,9 @@
 Plain float32 math on weights dequantised once with `gguf.quants.dequantize`. `forward` is one flat
 function that reads like the papers (Llama, Qwen2, Qwen3): embedding, then per layer RMSNorm ->
 q/k/v -> RoPE -> grouped-query attention over the KV cache -> output projection -> residual,
-RMSNorm -> SwiGLU FFN -> residual; then the final norm and the output head.
+RMSNorm -> SwiGLU FFN -> residual; then the final norm and the output head. Gemma 2 / 3 add
+their steps in place: scaled embeddings, sliding-window layers, soft-capped scores and logits,
+GeGLU, and a norm of each block's output before its residual.
 """
 
 from __future__ import annotations
@@ -28,6 +30,16 @@ def rms_norm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
 
 def silu(x: np.ndarray) -> np.ndarray:
     return x / (1.0 + np.exp(-x))
+
+
+def gelu(x: np.ndarray) -> np.ndarray:
+    """GELU, tanh approximation (as llama.cpp's ggml_gelu and Gemma's gelu_pytorch_tanh)."""
+    return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
+
+
+def softcap(x: np.ndarray, cap: float) -> np.ndarray:
+    """cap * tanh(x / cap): Gemma 2's soft-capping of attention scores and logits (0: none)."""
+    return cap * np.tanh(x / cap) if cap else x
 
 
 def rope_angles(c: ModelConfig, positions: np.ndarray, freq_factors=None):
@@ -99,6 +111,7 @@ class ReferenceEngine:
         self.w = w
         self.out_name = "token_embd.weight" if c.tied_embeddings else "output.weight"
         self.freq_factors = model.rope_factors(self.n_ctx)
+        self.act = gelu if c.ffn_act == "gelu" else silu
         # act_quant: round the input of every quantised-weight product through Q8A, as the JIT's
         # integer-dot kernels (and llama.cpp's) do; the oracle for that path
         self.act_quant = {name for name, t in model.tensors.items()
@@ -138,12 +151,17 @@ class ReferenceEngine:
         self._step_tokens = n                      # the JIT picks Q8A or Q8K by step size
         pos, seq = batch.positions, batch.seq_ids
         kv.check(pos, seq)
-        cos, sin = rope_angles(c, pos, self.freq_factors)
-        scale = 1.0 / math.sqrt(c.head_dim)
+        angles = {swa: rope_angles(c.rope_config(swa), pos, self.freq_factors)
+                  for swa in {c.is_swa(il) for il in range(c.n_layer)}}
+        scale = c.kq_scale                                            # 1/sqrt(head_dim) but Gemma's
 
         x = w["token_embd.weight"][batch.tokens]                     # [n, n_embd]
+        if c.embd_scale != 1.0:                                       # Gemma: * sqrt(n_embd)
+            x = x * np.float32(c.embd_scale)
         for il in range(c.n_layer):
             p = f"blk.{il}."
+            cos, sin = angles[c.is_swa(il)]        # Gemma 3: windowed layers' own RoPE base
+            window = c.swa if c.is_swa(il) else 0
             # ---- attention block ----
             h = rms_norm(x, w[p + "attn_norm.weight"], c.rms_eps)     # [n, n_embd]
             q = self.linear(h, p + "attn_q.weight")                   # [n, n_head * head_dim]
@@ -163,22 +181,30 @@ class ReferenceEngine:
             att = np.empty((n, c.n_head, c.head_dim_v), dtype=np.float32)
             for i in range(n):                                        # each token over its own prefix
                 keys, vals = kv.prefix(il, seq[i], pos[i] + 1)        # [n_head_kv, T, d]
+                if window:                                            # sliding window: the last
+                    keys, vals = keys[:, -window:], vals[:, -window:]  # `window` positions
                 for hq in range(c.n_head):
                     hk = hq // c.n_gqa                                # grouped-query: shared kv head
-                    s = keys[hk] @ q[i, hq] * scale                   # [T]
+                    s = softcap(keys[hk] @ q[i, hq] * scale, c.attn_softcap)   # [T]
                     s = np.exp(s - s.max())
                     att[i, hq] = (s / s.sum()) @ vals[hk]
-            x = x + self.linear(att.reshape(n, -1), p + "attn_output.weight")
-            # ---- feed-forward block (SwiGLU) ----
+            o = self.linear(att.reshape(n, -1), p + "attn_output.weight")
+            if c.post_norms:                                          # Gemma: norm, then residual
+                o = rms_norm(o, w[p + "post_attention_norm.weight"], c.rms_eps)
+            x = x + o
+            # ---- feed-forward block (SwiGLU; Gemma: GeGLU) ----
             h = rms_norm(x, w[p + "ffn_norm.weight"], c.rms_eps)
             if c.n_expert:
                 x = x + self.moe(h, p)
                 continue
-            g = silu(self.linear(h, p + "ffn_gate.weight")) * self.linear(h, p + "ffn_up.weight")
-            x = x + self.linear(g, p + "ffn_down.weight")             # g: [n, n_ff]
+            g = self.act(self.linear(h, p + "ffn_gate.weight")) * self.linear(h, p + "ffn_up.weight")
+            o = self.linear(g, p + "ffn_down.weight")                 # g: [n, n_ff]
+            if c.post_norms:
+                o = rms_norm(o, w[p + "post_ffw_norm.weight"], c.rms_eps)
+            x = x + o
         self._last_x = x                                              # for final_hidden()
         x = rms_norm(x[batch.logits_rows], w["output_norm.weight"], c.rms_eps)
-        return self.linear(x, self.out_name)                          # [m, n_vocab]
+        return softcap(self.linear(x, self.out_name), c.final_softcap)   # [m, n_vocab]
 
     def moe(self, h: np.ndarray, p: str) -> np.ndarray:
         """Mixture-of-experts FFN: each token's n_expert_used experts by the softmax of the

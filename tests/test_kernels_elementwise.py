@@ -65,9 +65,20 @@ def test_add(spec, isa):
     _check_all("add", spec, isa)
 
 
-@pytest.mark.parametrize("spec,isa", _params("swiglu", [{"F": F} for F in (1000, 37)]))
+@pytest.mark.parametrize("spec,isa", _params("swiglu", [{"F": F} for F in (1000, 37)]
+                                              + [{"F": F, "act": "gelu"} for F in (1000, 37)]))
 def test_swiglu(spec, isa):
+    """act=gelu (GeGLU) against float64 tanh-GELU: catches silu kept, the exact (erf) GELU, a
+    wrong constant in 2 sqrt(2/pi) (g + 0.044715 g^3), and NaN at large |g|."""
     _check_all("swiglu", spec, isa)
+
+
+@pytest.mark.parametrize("spec,isa", _params("softcap", [
+    {"K": K, "cap": cap} for K in (1000, 37) for cap in (30.0, 2.5)]))
+def test_softcap(spec, isa):
+    """cap * tanh(x / cap) (Gemma 2's logits): catches the cap applied once instead of twice,
+    a tanh that overflows to NaN for |x| >> cap, and a lost sign."""
+    _check_all("softcap", spec, isa)
 
 
 @pytest.mark.parametrize("spec,isa", _params("softmax", [{"K": K} for K in (1000, 37, 1)]))

@@ -24,9 +24,12 @@ def k_for(dtype: str) -> int:
 
 
 def _grid():
+    """Every type at every level, and with Gemma's embedding scale (a float32 product after
+    dequantisation: catches the scale skipped, applied in float64, or only to the tail)."""
     return [pytest.param(spec, ISA.at(level), id=spec.label())
-            for level in LEVELS for dtype in OP.dtypes()
-            for spec in OP.specs(dtype, ISA.at(level), K=k_for(dtype))]
+            for level in LEVELS for dtype in OP.dtypes() for scale in (1.0, 45.254833995939045)
+            for spec in OP.specs(dtype, ISA.at(level), K=k_for(dtype),
+                                 **({"scale": scale} if scale != 1.0 else {}))]
 
 
 @pytest.mark.parametrize("spec,isa", _grid())

@@ -1,4 +1,7 @@
-"""Embedding lookup with dequantisation: y[i, :] = dequantise(w[ids[i], :])."""
+"""Embedding lookup with dequantisation: y[i, :] = dequantise(w[ids[i], :]) (* scale).
+
+dims ("K", "scale"): scale is optional (absent: 1); Gemma multiplies its embeddings by
+sqrt(n_embd), one float32 product per value as llama.cpp's ggml_scale (so still exact)."""
 
 from __future__ import annotations
 
@@ -22,8 +25,11 @@ def _case(spec, rng, n):
 
 
 def _reference(spec, case):
-    table = TENSOR_TYPES[spec.dtype].dequantize(case.buffers["w"])
-    return {"y": table[case.buffers["ids"]].astype(np.float64)}
+    table = TENSOR_TYPES[spec.dtype].dequantize(case.buffers["w"]).astype(np.float32)
+    y = table[case.buffers["ids"]]
+    if spec.p.get("scale", 1.0) != 1.0:
+        y = y * np.float32(spec.p["scale"])                     # one float32 product
+    return {"y": y.astype(np.float64)}
 
 
 def _tolerance(dtype: str) -> tuple[float, float]:
@@ -34,7 +40,7 @@ def _tolerance(dtype: str) -> tuple[float, float]:
 OP = Op(
     name="get_rows",
     args=("w", "ids", "y", "n"),
-    dims=("K",),
+    dims=("K", "scale"),
     variants=(
         Variant("generic", "generic", ALL_TYPES, ({"vl": 4},), "portable 4-lane vectors"),
         Variant("generic", "avx2", ALL_TYPES, ({"vl": 8},), "8 lanes (AVX2, F16C)"),

@@ -102,6 +102,7 @@ class JITEngine:
         self.h = f32(T, c.n_embd)                    # normed input of a block
         self.q, self.k, self.v = f32(T, qd), f32(T, kvd), f32(T, c.n_head_kv * c.head_dim_v)
         self.att = f32(T, c.n_head * c.head_dim_v)   # attention output, all heads
+        self.o = f32(T, c.n_embd) if c.post_norms else None   # a block's output (Gemma: normed)
         F = max(c.n_ff, c.n_ff_shexp)
         self.g, self.u = f32(T, F), f32(T, F)        # FFN gate / up (g becomes silu(g)*u)
         if c.n_expert:                               # mixture of experts (see _moe)
@@ -130,8 +131,11 @@ class JITEngine:
                               ("g", F, T), ("ho", c.n_embd, L)):
             self.kbuf[name] = (np.zeros((rows, q8k.row_stride(k)), np.uint8)
                                if self.q8k_min_tokens is not None and k % 256 == 0 else None)
-        cos, sin = rope_angles(c, np.arange(self.n_ctx), self.model.rope_factors(self.n_ctx))
-        self.rope_cs = np.ascontiguousarray(np.stack([cos, sin], axis=-1), np.float32)
+        self.rope_cs = {}                            # cos/sin tables: global layers, windowed ones
+        for swa in {c.is_swa(il) for il in range(c.n_layer)}:
+            cos, sin = rope_angles(c.rope_config(swa), np.arange(self.n_ctx),
+                                   self.model.rope_factors(self.n_ctx))
+            self.rope_cs[swa] = np.ascontiguousarray(np.stack([cos, sin], axis=-1), np.float32)
         self.small = {}                              # norms and biases as float32
         for name, t in self.model.tensors.items():
             if len(t.shape) == 1:
@@ -176,19 +180,31 @@ class JITEngine:
         def spec(op, **dims):
             return choose(op, "F32", isa, bucket, **dims)
 
+        def post_norm(name):
+            """x += RMSNorm(o) with the weight `name` (Gemma's norm of a block's output)."""
+            P.op(name, spec("rms_norm", K=c.n_embd, eps=c.rms_eps), x=self.o,
+                 w=S[name + ".weight"], y=self.o, n=N)
+            P.op(name + ".add", spec("add", K=c.n_embd, bcast=0), a=self.x, b=self.o, y=self.x,
+                 n=N)
+
         hd, hdv, H, Hkv = c.head_dim, c.head_dim_v, c.n_head, c.n_head_kv
         BS = self.kv.block_size
         C = self.kv.table_ctx
         attn_dims = dict(H=H, Hkv=Hkv, D=hd, Dv=hdv, C=C, BS=BS, kv=self.kv_dtype,
-                         scale=float(1.0 / np.sqrt(hd)))
+                         scale=float(c.kq_scale))
+        if c.attn_softcap:                           # Gemma 2 (absent otherwise: same kernels)
+            attn_dims["softcap"] = float(c.attn_softcap)
         attn_op = ("attn_prefill" if bucket > BUCKETS[-1] and _has_op("attn_prefill")
                    else "attn_decode")
         emb = m.tensor("token_embd.weight")
         moe = []                                     # (router blocks, expert ops) per layer
 
         # x = token_embd[tokens]
-        P.op("token_embd", choose("get_rows", emb.type.name, isa, bucket, K=c.n_embd),
+        embd_scale = {"scale": c.embd_scale} if c.embd_scale != 1.0 else {}   # Gemma: sqrt(n_embd)
+        P.op("token_embd", choose("get_rows", emb.type.name, isa, bucket, K=c.n_embd,
+                                  **embd_scale),
              w=W("token_embd.weight"), ids=self.tokens, y=self.x, n=N)
+        act = {"act": c.ffn_act} if c.ffn_act != "silu" else {}                # Gemma: GeGLU
         for il in range(c.n_layer):
             b = f"blk.{il}."
             fresh: set = set()                          # Q8A / Q8K buffers made this block
@@ -213,18 +229,24 @@ class JITEngine:
                      x=self.k, w=S[b + "attn_k_norm.weight"], y=self.k, n=N * Hkv)
             # ---- RoPE on q and k, then k, v into the cache
             rope = dict(D=hd, R=c.rope_dim, neox=int(c.rope_neox))
+            cs = self.rope_cs[c.is_swa(il)]
             P.op(b + "rope_q", spec("rope", H=H, **rope), x=self.q, pos=self.pos,
-                 cs=self.rope_cs, n=N, barrier=False)
+                 cs=cs, n=N, barrier=False)
             P.op(b + "rope_k", spec("rope", H=Hkv, **rope), x=self.k, pos=self.pos,
-                 cs=self.rope_cs, n=N)
+                 cs=cs, n=N)
             kc, vc, bt = self.kv.k[il], self.kv.v[il], self.kv.tables
             P.op(b + "store_kv", spec("store_kv", Hkv=Hkv, D=hd, Dv=hdv, C=C, BS=BS,
                                       kv=self.kv_dtype),
                  k=self.k, v=self.v, kc=kc, vc=vc, pos=self.pos, seq=self.seq, bt=bt, n=N)
             # ---- attention over each token's prefix (through the block table); x += att Wo
-            P.op(b + "attn", spec(attn_op, **attn_dims), q=self.q, kc=kc, vc=vc,
+            window = {"swa": c.swa} if c.is_swa(il) else {}   # sliding-window layer (Gemma)
+            P.op(b + "attn", spec(attn_op, **attn_dims, **window), q=self.q, kc=kc, vc=vc,
                  out=self.att, pos=self.pos, seq=self.seq, bt=bt, n=N)
-            linear(b + "attn_output.weight", self.att, "att", self.x, N, fresh, acc=1)
+            if c.post_norms:                         # Gemma: x += RMSNorm(att Wo)
+                linear(b + "attn_output.weight", self.att, "att", self.o, N, fresh)
+                post_norm(b + "post_attention_norm")
+            else:
+                linear(b + "attn_output.weight", self.att, "att", self.x, N, fresh, acc=1)
             # ---- feed-forward: x += (silu(h Wg) * (h Wu)) Wd, h = RMSNorm(x)
             P.op(b + "ffn_norm", spec("rms_norm", K=c.n_embd, eps=c.rms_eps),
                  x=self.x, w=S[b + "ffn_norm.weight"], y=self.h, n=N)
@@ -235,8 +257,13 @@ class JITEngine:
             linear(b + "ffn_gate.weight", self.h, "h", self.g, N, fresh)
             P.no_barrier_before_next()
             linear(b + "ffn_up.weight", self.h, "h", self.u, N, fresh)
-            P.op(b + "ffn_swiglu", spec("swiglu", F=c.n_ff), g=self.g, u=self.u, y=self.g, n=N)
-            linear(b + "ffn_down.weight", self.g, "g", self.x, N, fresh, acc=1)
+            P.op(b + "ffn_swiglu", spec("swiglu", F=c.n_ff, **act), g=self.g, u=self.u, y=self.g,
+                 n=N)
+            if c.post_norms:                         # Gemma: x += RMSNorm(g Wd)
+                linear(b + "ffn_down.weight", self.g, "g", self.o, N, fresh)
+                post_norm(b + "post_ffw_norm")
+            else:
+                linear(b + "ffn_down.weight", self.g, "g", self.x, N, fresh, acc=1)
         # ---- output head over the rows that need logits
         P.op("output_rows", choose("get_rows", "F32", isa, head, K=c.n_embd),
              w=self.x, ids=self.rows, y=self.xo, n=M)
@@ -244,6 +271,10 @@ class JITEngine:
              x=self.xo, w=S["output_norm.weight"], y=self.ho, n=M)
         out_name = "token_embd.weight" if c.tied_embeddings else "output.weight"
         linear(out_name, self.ho, "ho", self.logits, M, set(), bucket=head)
+        if c.final_softcap:                          # Gemma 2: logits = c tanh(logits / c)
+            P.op("output_softcap", choose("softcap", "F32", isa, head, K=c.n_vocab,
+                                          cap=float(c.final_softcap)),
+                 x=self.logits, y=self.logits, n=M)
         prog = P.finish()
         for blocks, ops in moe:       # each router writes its experts' argument words
             blocks[...] = [[prog.arg_addrs[i] for i in trio] for trio in ops]

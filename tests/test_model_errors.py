@@ -39,7 +39,7 @@ def test_valid_file_loads(valid):
 
 # ---- metadata -----------------------------------------------------------------------------
 
-@pytest.mark.parametrize("arch", ["gpt2", "gemma3", "mamba"])
+@pytest.mark.parametrize("arch", ["gpt2", "gemma", "mamba"])
 def test_unsupported_architecture(tmp_path, arch):
     p = write_model(tmp_path / "m.gguf", "tiny-llama", vocab="none", arch=arch)
     msg = load_error(p)
@@ -92,6 +92,32 @@ def test_mixture_of_experts_errors(tmp_path, arch, metadata, want):
     shape = "tiny-phi3" if arch == "phi3" else "tiny-llama"
     p = write_model(tmp_path / "m.gguf", shape, vocab="none", metadata=metadata)
     assert want in load_error(p)
+
+
+@pytest.mark.parametrize("pattern,want", [
+    (None, (True, True, True, True, True, False)),        # Gemma 3's default: 5 of every 6
+    (2, (True, False, True, False, True, False)),
+    (np.array([0, 1, 0, 1, 1, 0], np.uint8), (False, True, False, True, True, False)),
+    (np.array([1, 1], np.uint8), "has 2 entries for 6 layers"),
+    ("every other", "expected an integer or a per-layer array"),
+])
+def test_gemma_window_pattern(tmp_path, pattern, want):
+    """The windowed layers as llama.cpp's load_swa_pattern reads them (a count n: of every n
+    layers the last is global; or a per-layer array); a pattern that does not fit is one line."""
+    p = write_model(tmp_path / "m.gguf", "tiny-gemma3", vocab="none",
+                    metadata={"gemma3.attention.sliding_window_pattern": pattern})
+    if isinstance(want, str):
+        assert want in load_error(p)
+    else:
+        c = load_model(p).config
+        assert c.swa_layers == want and c.swa == 8
+        assert c.rope_config(True).rope_theta == 10000.0 and c.rope_config(False).rope_theta == 1e6
+
+
+def test_gemma_needs_its_post_norms(tmp_path):
+    p = write_model(tmp_path / "m.gguf", "tiny-gemma2", vocab="none",
+                    drop_tensors=["blk.1.post_ffw_norm.weight"])
+    assert "missing tensor blk.1.post_ffw_norm.weight" in load_error(p)
 
 
 def test_unsupported_rope_scaling(tmp_path):

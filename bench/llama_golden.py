@@ -3,7 +3,9 @@
 For each model spec already in the golden file (or given with --add NAME=SHAPE:MIX:VOCAB), write
 the model with bench/synth.py, start `llama-server -m FILE -t 2 -c N_CTX -np 1`, POST
 /completion with the golden prompt as token ids (n_predict 24, temperature 0, ignore_eos,
-n_probs 5), and store the tokens and the first token's top-5 log-probabilities. Needs a
+n_probs 5), and store the tokens, the first token's top-5 log-probabilities and, per position,
+the gap between llama.cpp's top two log-probabilities (quantised models are compared only
+where it exceeds the quantisation noise). Needs a
 llama-server binary (see docs/benchmarks.md for building it); not part of the test suite.
 
     python -m bench.llama_golden --server /path/to/llama-server --only gemma2 gemma3 \\
@@ -60,9 +62,19 @@ def record(server: str, path: Path, prompt: list[int], n_ctx: int, n: int = 24) 
         out = _post(base + "/completion", {"prompt": prompt, "n_predict": n, "temperature": 0,
                                            "ignore_eos": True, "n_probs": 5,
                                            "cache_prompt": False, "return_tokens": True})
-        first = out["completion_probabilities"][0]
+        probs = out["completion_probabilities"]
+        # llama-server merges the entries of tokens that end inside a UTF-8 character: an
+        # entry is the last token of its group, so align entries to tokens by id, in order
+        gaps, i = [None] * len(out["tokens"]), 0
+        for e in probs:
+            while out["tokens"][i] != e["id"]:
+                i += 1
+            top = e["top_logprobs"]
+            gaps[i] = round(top[0]["logprob"] - top[1]["logprob"], 4)
+            i += 1
         return {"tokens": out["tokens"],
-                "first_top_logprobs": [[t["id"], t["logprob"]] for t in first["top_logprobs"]]}
+                "first_top_logprobs": [[t["id"], t["logprob"]] for t in probs[0]["top_logprobs"]],
+                "gaps": gaps}   # per position: llama.cpp's top-1 minus top-2 log-probability
     finally:
         proc.terminate()
         proc.wait(10)

@@ -118,6 +118,11 @@ SHAPES: dict[str, Shape] = {
     "tiny-gemma3": Shape("gemma3", n_embd=256, n_layer=6, n_head=4, n_head_kv=2, n_ff=352,
                          n_ctx=512, head_dim=64, rope_theta=1e6, rms_eps=1e-6, tied=True,
                          vocab="llama-spm", swa=8, rope_scaling="linear", rope_scaling_factor=8.0),
+    # Gemma 3 1B (its 262k vocabulary replaced by Llama's 32k SentencePiece one): 1152 is not a
+    # multiple of 256, so K mixes fall back as in the real files; windows of 512 on 5 of 6 layers
+    "gemma3-1b": Shape("gemma3", n_embd=1152, n_layer=26, n_head=4, n_head_kv=1, n_ff=6912,
+                       n_ctx=32768, head_dim=256, rope_theta=1e6, rms_eps=1e-6, tied=True,
+                       vocab="llama-spm", swa=512),
     "tinyllama-1.1b": Shape("llama", n_embd=2048, n_layer=22, n_head=32, n_head_kv=4, n_ff=5632,
                             n_ctx=2048, rms_eps=1e-5, vocab="llama-spm"),
 }

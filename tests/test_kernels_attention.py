@@ -4,7 +4,8 @@ caches; paged caches with blocks of 16, 32 and 64 positions (scattered blocks, o
 slots) and the contiguous layout; GQA ratios 1, 2 and 7; head sizes 8, 20/12 (D != Dv), 32, 64,
 80, 128; 1/2/3 threads.
 Decode: random positions and slots (including position 0 and the last cache row). Prefill:
-chunks starting at 0 and at an offset (earlier positions already cached), mixed batches."""
+chunks starting at 0 and at an offset (earlier positions already cached), mixed batches.
+Sliding window (dim swa) and soft-capping (dim softcap), Gemma 2 / 3: the tests at the end."""
 
 from __future__ import annotations
 
@@ -151,3 +152,231 @@ def test_reference_matches_reame_reference():
             s = np.exp(s - s.max())
             np.testing.assert_allclose(ours[i, hq], (s / s.sum()) @ vals[hq // (H // Hkv)],
                                        rtol=1e-5, atol=1e-6)
+
+
+# ---- sliding window (dim swa) and soft-capping (dim softcap): Gemma 2 / Gemma 3 ----
+
+# (swa, softcap): windows of 5 and 37 (neither divides a key block), 32 (one that does: the first
+# visible key starts a block exactly); a cap alone; a window and a cap together
+WINDOW_CAP = ((5, 0.0), (37, 0.0), (32, 0.0), (0, 2.0), (5, 3.0), (37, 1.5))
+WIN_DIMS = dict(H=6, Hkv=2, D=40, Dv=24)                  # G = 3: rows of several tokens per vector
+WIN_LAYOUTS = ((100, 0), (128, 64))                        # contiguous; paged, key blocks < BS
+
+
+def _extra(swa, cap):
+    """The optional dims as callers pass them: only when nonzero."""
+    return {**({"swa": swa} if swa else {}), **({"softcap": cap} if cap else {})}
+
+
+def _window_params(op_name, configs=WINDOW_CAP):
+    """Every spec at every host level x {contiguous, paged} x {f32, f16} x (swa, softcap)."""
+    op = get_op(op_name)
+    out = []
+    for level in LEVELS:
+        isa = _isa(level)
+        for C, BS in WIN_LAYOUTS:
+            for kv in ("f32", "f16"):
+                for swa, cap in configs:
+                    dims = dict(WIN_DIMS, C=C, BS=BS, kv=kv, scale=1 / math.sqrt(WIN_DIMS["D"]),
+                                **_extra(swa, cap))
+                    for spec in op.specs("F32", isa, **dims):
+                        tiles = ",".join(f"{k}={v}" for k, v in spec.params if k not in dims)
+                        out.append(pytest.param(spec, isa, id=f"{level}-{spec.family}[{tiles}]-"
+                                                f"{kv}-BS{BS}-swa{swa}-cap{cap:g}"))
+    return out
+
+
+def _assert_bites(spec, case):
+    """The case exercises the window / cap: the output without them differs by far more than
+    the tolerance (else a kernel ignoring them would pass)."""
+    plain = case_reference(spec.with_params(swa=0, softcap=0.0), case)["out"]
+    want = case_reference(spec, case)["out"]
+    assert np.abs(plain - want).max() > 0.05, "the window / cap does not change this case"
+
+
+def _window_batches(spec):
+    """(what, positions, slots) of prefill batches for a window swa (0: none) in a context C."""
+    C, swa = spec.p["C"], spec.p.get("swa", 0)
+    yield "chunk from 0", list(range(0, 50)), [0] * 50     # the window starts biting in the chunk
+    p0 = max(swa, 1) + 20                                   # a chunk starting past the window
+    yield "chunk past the window", list(range(p0, min(C, p0 + 45))), [1] * min(C - p0, 45)
+    # first visible key of the first row = 31 (the last key of a 16- or 32-key tile): every
+    # other row's window starts after that tile, so its whole first tile is masked
+    p0 = 30 + swa
+    n = min(40, C - p0)
+    yield "rows with a fully masked first tile", list(range(p0, p0 + n)), [2] * n
+    pos = [3, 9, C - 1] + list(range(40, 58)) + [70] + list(range(0, 13)) + [swa, swa - 1]
+    seq = [2, 0, 1] + [1] * 18 + [0] + [2] * 13 + [0, 2]   # decode tokens + two chunks
+    yield "mixed", [max(p, 0) for p in pos], seq
+    yield "one token", [C - 2], [1]
+
+
+@pytest.mark.parametrize("spec,isa", _window_params("attn_decode"))
+def test_attn_decode_window_softcap(spec, isa):
+    """Decode with a sliding window and/or soft-capping against the float64 reference, at the
+    window's edge (positions swa - 1, swa, swa + 1), at 0 and C - 1, on 1-3 threads.
+    Catches: the window ignored (all keys seen); the window off by one (key pos - swa seen, or
+    key pos - swa + 1 dropped: positions swa and swa + 1 differ by one key of a 5-key window);
+    the first block not masked below max(t0, T - swa) (it starts inside the block for 5 and 37);
+    soft-capping applied after masking (masked keys become -softcap, not -inf, and get weight)
+    or not at all; a unit's cost estimate left at pos + 1 while the total uses the window's
+    (units skipped: rows left NaN; the reverse only unbalances the threads, which
+    test_window_cost_balances_threads catches)."""
+    op = get_op("attn_decode")
+    k = build(spec, isa)
+    C, swa = spec.p["C"], spec.p.get("swa", 0)
+    rng = np.random.default_rng(21)
+    edge = [swa - 1, swa, swa + 1] if swa else [7, 8, 9]
+    pos = [0, C - 1] + edge + [int(x) for x in rng.integers(0, C, 4)]
+    case = make_attention_case(op, spec, rng, len(pos), positions=pos,
+                               seq_ids=rng.integers(0, 3, len(pos)))
+    _assert_bites(spec, case)
+    for nth in (1, 2, 3):
+        _run(op, k, case, nth, f"{spec.label()} nth={nth}")
+
+
+@pytest.mark.parametrize("spec,isa", _window_params("attn_prefill"))
+def test_attn_prefill_window_softcap(spec, isa):
+    """Prefill with a sliding window and/or soft-capping against the float64 reference: a chunk
+    from 0, a chunk starting past the window, a chunk whose rows (all but the first) see no key
+    of the first key tile, a mixed batch (decode tokens, two chunks), one token; 1-3 threads.
+    Catches: the window ignored or off by one; one lower bound for the whole tile instead of one
+    per row (rows of a tile are at different positions); soft-capping after masking or missing;
+    NaN from a fully masked tile (running max still -inf: -inf - -inf) when the subtraction is
+    not guarded (rows left non-finite); the key-tile loop starting past the first row's first
+    visible key (keys missing)."""
+    op = get_op("attn_prefill")
+    k = build(spec, isa)
+    rng = np.random.default_rng(22)
+    for what, pos, seq in _window_batches(spec):
+        case = make_attention_case(op, spec, rng, len(pos), positions=pos, seq_ids=seq)
+        if len(pos) > 1:
+            _assert_bites(spec, case)
+        for nth in (1, 2, 3):
+            _run(op, k, case, nth, f"{spec.label()} {what} nth={nth}")
+
+
+def _poison_unread(spec, case):
+    """Fill with NaN every cache row a windowed kernel has no reason to read: for each slot,
+    positions before the key block (decode: vl * kb keys; prefill: bk) holding the first visible
+    key of its lowest token, or, contiguous, before the shifted last block too. A kernel that
+    reads them anyway multiplies NaN values by a weight 0 and writes NaN."""
+    p, b = spec.p, case.buffers
+    BS, swa = p["BS"], p["swa"]
+    BK = p.get("bk", p.get("vl", 1) * p.get("kb", 1))
+    keep = {}                                               # slot -> first position it may read
+    for s in set(b["seq"].tolist()):
+        lowest = int(b["pos"][b["seq"] == s].min())
+        start = max(0, lowest + 1 - swa) // BK * BK
+        if not BS:
+            start = min(start, max(0, lowest + 1 - BK))    # the last block moved back
+        keep[s] = start
+    C = p["C"]
+    if not BS:
+        for s, start in keep.items():
+            b["kc"][s, :, :start] = np.nan
+            b["vc"][s, :, :start] = np.nan
+        return sum(keep.values())
+    live = {(int(b["bt"][s, t // BS]), t % BS) for s, st in keep.items() for t in range(st, C)}
+    dead = {(int(b["bt"][s, t // BS]), t % BS) for s, st in keep.items()
+            for t in range(st)} - live
+    for blk, row in dead:
+        b["kc"][blk, :, row] = np.nan
+        b["vc"][blk, :, row] = np.nan
+    return len(dead)
+
+
+@pytest.mark.parametrize("op_name", ("attn_decode", "attn_prefill"))
+@pytest.mark.parametrize("BS", (0, 64))
+@pytest.mark.parametrize("kv", ("f32", "f16"))
+@pytest.mark.parametrize("swa", (5, 37))
+def test_window_skips_keys_before_it(op_name, swa, kv, BS):
+    """The key loop starts at the block (decode) / tile (prefill) holding the first visible key,
+    not at 0: every cache row before that block is NaN, so a kernel still walking the keys from
+    0 (correct through the mask, but slow: O(pos) instead of O(swa) per token) reads them and
+    writes NaN. Every spec at every host level."""
+    op = get_op(op_name)
+    C = 256 if BS else 250
+    if op_name == "attn_decode":
+        pos, seq = [200, 230, 150, 249], [0, 0, 1, 2]
+    else:
+        pos, seq = list(range(150, 200)) + [230], [1] * 50 + [2]
+    n = 0
+    for level in LEVELS:
+        isa = _isa(level)
+        for spec in op.specs("F32", isa, **WIN_DIMS, C=C, BS=BS, kv=kv, scale=0.15, swa=swa):
+            k = build(spec, isa)
+            rng = np.random.default_rng(23)
+            case = make_attention_case(op, spec, rng, len(pos), positions=pos, seq_ids=seq)
+            assert _poison_unread(spec, case) > 0
+            for nth in (1, 2):
+                _run(op, k, case, nth, f"{spec.label()} nth={nth} (cache rows before the window "
+                                       "are NaN)")
+            n += 1
+    assert n
+
+
+@pytest.mark.parametrize("op_name", ("attn_decode", "attn_prefill"))
+@pytest.mark.parametrize("kv", ("f32", "f16"))
+def test_softcap_saturates(op_name, kv):
+    """Scores far beyond the cap (|s / softcap| up to ~1e3: e^(2x) overflows to inf or
+    underflows to 0) give tanh = +-1 exactly, not NaN - and a Gemma 2-like cap of 50 on scores
+    of std ~20 stays within the tolerance. Every spec at every host level. Catches a tanh that
+    overflows, e.g. (e^2x - 1) / (e^2x + 1) = inf / inf (checked: rows NaN)."""
+    op = get_op(op_name)
+    pos = list(range(40, 72)) + [5]
+    seq = [0] * 32 + [1]
+    for level in LEVELS:
+        isa = _isa(level)
+        for cap, qmul in ((1.0, 300.0), (50.0, 10.0)):
+            for spec in op.specs("F32", isa, **WIN_DIMS, C=96, BS=32, kv=kv, scale=0.15,
+                                 softcap=cap):
+                k = build(spec, isa)
+                rng = np.random.default_rng(24)
+                case = make_attention_case(op, spec, rng, len(pos), positions=pos, seq_ids=seq)
+                case.buffers["q"] *= qmul
+                _run(op, k, case, 2, f"{spec.label()} q*{qmul:g}")
+
+
+@pytest.mark.parametrize("op_name", ("attn_decode", "attn_prefill"))
+def test_window_cost_balances_threads(op_name):
+    """With a window a token costs min(pos + 1, swa) (+ overhead), not pos + 1: one token at
+    position 999 and nine at position 4 are ten equal units per kv head, so thread 0 of 2 takes
+    about half of them (with pos + 1, the long token alone would be half the total and thread 0
+    would take only its two units). Catches the cost estimate left at pos + 1."""
+    op = get_op(op_name)
+    isa = detect()
+    spec = op.specs("F32", isa, H=4, Hkv=2, D=32, Dv=32, C=1024, BS=64, kv="f32", scale=0.2,
+                    swa=5)[-1]
+    k = build(spec, isa)
+    rng = np.random.default_rng(25)
+    pos, seq = [999] + [4] * 9, [0] + list(range(1, 10))    # no runs: prefill does token tiles
+    case = make_attention_case(op, spec, rng, 10, seqs=10, positions=pos, seq_ids=seq)
+    want = case_reference(spec, case)["out"]
+    case.buffers["out"][:] = np.nan
+    k(case.args, 0, 2)                                      # thread 0's share alone
+    done = np.isfinite(case.buffers["out"]).all(axis=2)     # [token, head]
+    units = done.reshape(10, 2, -1).all(axis=2).sum()       # (token, kv head) units written
+    assert 8 <= units <= 12, f"thread 0 of 2 did {units} of 20 equal units"
+    np.testing.assert_allclose(case.buffers["out"][done], want[done], rtol=2e-5, atol=2e-5)
+
+
+def test_window_dims_absent_render_unchanged():
+    """swa and softcap are passed only when nonzero: a spec without them renders as before
+    (the golden test pins that text); with them the IR differs, and the decode key loop starts
+    at the window's block (%b0) rather than 0."""
+    from reame.codegen.spec import render
+    isa = detect()
+    for name in ("attn_decode", "attn_prefill"):
+        op = get_op(name)
+        dims = dict(H=8, Hkv=2, D=64, Dv=64, C=256, BS=64, kv="f32", scale=0.125)
+        base = op.specs("F32", isa, **dims)[0]
+        _, plain = render(base, isa)
+        assert "swa" not in plain and "softcap" not in plain
+        assert render(base.with_params(swa=0, softcap=0.0), isa)[1] == plain
+        _, win = render(base.with_params(swa=5), isa)
+        _, cap = render(base.with_params(softcap=2.0), isa)
+        assert win != plain and cap != plain
+        start = "phi i64 [ %tileB.b0, %tileB.blocks ]" if name == "attn_prefill" else \
+            "phi i64 [ %b0, %blocks ]"
+        assert start in win and start not in plain

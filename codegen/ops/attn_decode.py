@@ -4,13 +4,19 @@ args ("q", "kc", "vc", "out", "pos", "seq", "bt", "n"): q f32 [n, H, D] (after R
 layer's cache (f32 or f16) in one of the layouts of ops/kv_layout.py, already holding this
 step's keys (store_kv runs first): paged (BS > 0: a pool [blocks, Hkv, BS, D] and the block
 table bt i32 [slots, C / BS]) or contiguous (BS = 0: [slots, Hkv, C, D], bt unused); out f32
-[n, H, Dv]; pos, seq i32 [n]. dims ("H", "Hkv", "D", "Dv", "C", "BS", "kv", "scale"); G = H / Hkv
-query heads share a kv head.
+[n, H, Dv]; pos, seq i32 [n]. dims ("H", "Hkv", "D", "Dv", "C", "BS", "kv", "scale", "swa",
+"softcap"); G = H / Hkv query heads share a kv head.
 
     out[i, h] = softmax(scale * k[seq[i], h // G, 0..pos[i]] @ q[i, h]) @ v[seq[i], h // G, 0..pos[i]]
 
 which is reame.reference's attention loop. One pass over the keys in blocks of vl*kb keys,
 with a running max and sum (online softmax): memory O(G * Dv) whatever the length.
+Optional dims (Gemma 2 / 3), given only when nonzero so that every other spec renders as
+before: `swa` (int), a sliding window: token i sees keys pos[i] - swa < t <= pos[i] (llama.cpp's
+LLAMA_SWA_TYPE_STANDARD); the key loop starts at the block holding key max(0, pos[i] + 1 - swa)
+(earlier keys of that block masked) and a unit costs min(pos + 1, swa) + 32. `softcap` (float):
+each score becomes softcap * tanh(scale q.k / softcap) before masking and softmax, tanh(x) =
+1 - 2 / (e^2x + 1) with our exp (+-1 exactly for large |x|).
 Threading: units (token, kv head) in contiguous ranges of equal estimated cost (keys + 32).
 Tiles: vl (keys per score vector = lanes), kb (score vectors per key block), pf (software
 prefetch of the next block's K/V rows: the keys come from DRAM at long contexts). Paged, a key
@@ -31,12 +37,18 @@ from .kv_layout import contiguous, random_cache
 
 def make_attention_case(op, spec, rng, n, seqs=3, positions=None, seq_ids=None):
     """Random q and a random cache of `seqs` slots (paged: slots 0 and 1 share their first
-    block); tokens at random (seq, pos) unless given."""
+    block); tokens at random (seq, pos) unless given. With a window (dim swa), the random
+    positions include swa - 1 (the last position that sees every key) and swa (the first whose
+    window drops key 0) when there is room, besides 0 and C - 1."""
     H, Hkv, D, Dv, C, BS, kv = (spec.p[k] for k in ("H", "Hkv", "D", "Dv", "C", "BS", "kv"))
+    swa = spec.p.get("swa", 0)
     if positions is None:
         positions = rng.integers(0, C, n)
         if n >= 2:
             positions[0], positions[1] = 0, C - 1           # one key; the whole cache
+        if swa and swa < C:
+            for j, p in zip(range(2, n), (swa, swa - 1)):   # the window's edge
+                positions[j] = p
     if seq_ids is None:
         seq_ids = rng.integers(0, seqs, n)
     q = (rng.standard_normal((n, H, D)) * 2).astype(np.float32)
@@ -57,21 +69,27 @@ def case_reference(spec, case):
     """The expected output of a case (either layout)."""
     b = case.buffers
     kc, vc = (contiguous(b[x], b["bt"], spec.p["BS"]) for x in ("kc", "vc"))
-    return {"out": reference(b["q"], kc, vc, b["pos"], b["seq"], spec.p["scale"])}
+    return {"out": reference(b["q"], kc, vc, b["pos"], b["seq"], spec.p["scale"],
+                             spec.p.get("swa", 0), spec.p.get("softcap", 0.0))}
 
 
-def reference(q, kc, vc, pos, seq, scale):
+def reference(q, kc, vc, pos, seq, scale, swa=0, softcap=0.0):
     """float64 attention of each token over its prefix (reame.reference's loop), over a
-    contiguous cache (kv_layout.contiguous gathers a paged one)."""
+    contiguous cache (kv_layout.contiguous gathers a paged one). swa > 0: only the keys
+    pos - swa < t <= pos (keys outside the window are never read, so they may hold anything);
+    softcap > 0: scores s become softcap * tanh(s / softcap) (s already scaled)."""
     n, H, _ = q.shape
     Hkv = kc.shape[1]
     G = H // Hkv
     out = np.zeros((n, H, vc.shape[-1]))
     for i in range(n):
-        keys = kc[seq[i], :, :pos[i] + 1].astype(np.float64)
-        vals = vc[seq[i], :, :pos[i] + 1].astype(np.float64)
+        lo = max(0, pos[i] + 1 - swa) if swa else 0
+        keys = kc[seq[i], :, lo:pos[i] + 1].astype(np.float64)
+        vals = vc[seq[i], :, lo:pos[i] + 1].astype(np.float64)
         for h in range(H):
             s = keys[h // G] @ q[i, h].astype(np.float64) * scale
+            if softcap:
+                s = softcap * np.tanh(s / softcap)
             e = np.exp(s - s.max())
             out[i, h] = e @ vals[h // G] / e.sum()
     return out
@@ -90,7 +108,7 @@ SIMD = "tuned: FMA, vcvtph2ps for f16 rows, exp with vscalefps (AVX-512)"
 OP = Op(
     name="attn_decode",
     args=("q", "kc", "vc", "out", "pos", "seq", "bt", "n"),
-    dims=("H", "Hkv", "D", "Dv", "C", "BS", "kv", "scale"),
+    dims=("H", "Hkv", "D", "Dv", "C", "BS", "kv", "scale", "swa", "softcap"),
     variants=(
         Variant("generic", "generic", ("F32",), ({"vl": 4, "kb": 4, "pf": 0},),
                 "portable: 4 keys per score vector, 16-key blocks"),

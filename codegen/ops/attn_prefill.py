@@ -2,8 +2,14 @@
 
 Same args, dims, cache layouts (paged or contiguous), math and reference as attn_decode:
 args ("q", "kc", "vc", "out", "pos", "seq", "bt", "n"), dims ("H", "Hkv", "D", "Dv", "C", "BS",
-"kv", "scale"); token i attends to positions 0..pos[i] of cache slot seq[i] (its own k/v
-included: store_kv runs first). Paged, the key tile bk must divide BS (`fits`).
+"kv", "scale", "swa", "softcap"); token i attends to positions 0..pos[i] of cache slot seq[i] (its
+own k/v included: store_kv runs first). Paged, the key tile bk must divide BS (`fits`).
+Optional dims, given only when nonzero (as attn_decode): `swa` a sliding window (keys
+pos - swa < t <= pos): the key-tile loop starts at the tile holding the first row's first visible
+key max(0, p0 + 1 - swa) and every row masks below its own bound pos - swa + 1, so a row can see
+no key of a tile while its running max is still -inf: the subtractions then use 0 instead of -inf
+(P = 0, correction 0, no NaN); costs are min(pos + 1, swa) + 32 per token. `softcap`: scores
+become softcap * tanh(s / softcap) before masking and softmax.
 
 Tiling: a tile is rb consecutive batch tokens of one sequence at consecutive positions x the G
 query heads of one kv head (M = rb*G rows) against key tiles of bk keys; the rows live in vector
@@ -33,10 +39,13 @@ from .base import Op, Variant
 
 def _case(spec, rng, n):
     """A prefill-like batch: a chunk of one sequence starting at a random offset (earlier
-    positions already in the cache), then a few tokens of other sequences at random positions."""
+    positions already in the cache), then a few tokens of other sequences at random positions.
+    With a window (dim swa) the chunk starts past it when the context has room, so it bites."""
     C = spec.p["C"]
     n_chunk = max(1, (3 * n) // 4)
-    start = int(rng.integers(0, C - n_chunk + 1))
+    swa = spec.p.get("swa", 0)
+    lo = min(swa, C - n_chunk) if swa else 0
+    start = int(rng.integers(lo, C - n_chunk + 1))
     pos = list(range(start, start + n_chunk))
     seq = [0] * n_chunk
     for _ in range(n - n_chunk):
@@ -50,7 +59,7 @@ SIMD = "tuned: FMA micro-tiles sized to the register file, vcvtph2ps, exp with v
 OP = Op(
     name="attn_prefill",
     args=("q", "kc", "vc", "out", "pos", "seq", "bt", "n"),
-    dims=("H", "Hkv", "D", "Dv", "C", "BS", "kv", "scale"),
+    dims=("H", "Hkv", "D", "Dv", "C", "BS", "kv", "scale", "swa", "softcap"),
     variants=(
         Variant("generic", "generic", ("F32",), ({"vl": 4, "rb": 8, "bk": 16, "nmv": 2},
                                                  {"vl": 4, "rb": 4, "bk": 32, "nmv": 2}),

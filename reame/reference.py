@@ -10,6 +10,7 @@ GeGLU, and a norm of each block's output before its residual.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -21,6 +22,13 @@ from .config import ModelConfig
 from .kv_cache import DEFAULT_BLOCK_SIZE, DEFAULT_MAX_CTX, PagedKVCache
 from .model import Model
 from .tensor_types import PROMPT_STEP
+
+
+@functools.lru_cache(maxsize=None)
+def _prompt_q8k(dtype: str) -> bool:
+    from .codegen.isa import detect
+    from .jit.select import prompt_q8k
+    return prompt_q8k(dtype, detect())
 
 
 def rms_norm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
@@ -124,11 +132,13 @@ class ReferenceEngine:
         self._step_tokens = 0
 
     def act_format(self, name: str) -> str | None:
-        """How the JIT rounds the activations that meet weight `name`: "q8k", "q8a" or None."""
+        """How the JIT rounds the activations that meet weight `name`: "q8k", "q8a" or None
+        (prompt chunks: by reame.jit.select.prompt_q8k at this machine's level, as a JIT engine
+        with its default ISA decides)."""
         if (name in self.act_q8k and self.q8k_min_tokens is not None
                 and self._step_tokens >= self.q8k_min_tokens
-                and (self.model.tensors[name].type.q8k_prompt
-                     or self._step_tokens < PROMPT_STEP)):
+                and (self._step_tokens < PROMPT_STEP
+                     or _prompt_q8k(self.model.tensors[name].type.name))):
             return "q8k"
         return "q8a" if name in self.act_quant else None
 

@@ -25,7 +25,9 @@ class TensorType:
     q8k: bool = False                # integer-dot kernels on Q8K activations (one f32 scale per 256)
     row_panel: bool = False          # repacked at load into the row-panel layout (matmul_q8k_rp)
     q8k_prompt: bool = False         # Q8K kernels in prompt-chunk steps too (>= PROMPT_STEP
-    #                                  tokens; without them those steps take the float path)
+    #                                  tokens; without them those steps take the float path)...
+    prompt_families: tuple[str, ...] = ()   # ...or only at levels where matmul_q8k has one of
+    #                                  these families for the type (reame/jit/select.prompt_q8k)
 
     def row_bytes(self, n: int) -> int:
         """Bytes of one row of `n` elements (n must be a multiple of block_size)."""
@@ -37,10 +39,12 @@ class TensorType:
 
 
 def _row(name: str, quantized: bool, int_dot: bool = False, q8k: bool = False,
-         row_panel: bool = False, q8k_prompt: bool = False) -> TensorType:
+         row_panel: bool = False, q8k_prompt: bool = False,
+         prompt_families: tuple[str, ...] = ()) -> TensorType:
     ggml = GGMLQuantizationType[name]
     block, size = GGML_QUANT_SIZES[ggml]
-    return TensorType(name, ggml, block, size, quantized, int_dot, q8k, row_panel, q8k_prompt)
+    return TensorType(name, ggml, block, size, quantized, int_dot, q8k, row_panel, q8k_prompt,
+                      prompt_families)
 
 
 # Steps of at least this many tokens run the JIT's prompt-chunk program (the one above its
@@ -60,12 +64,13 @@ TENSOR_TYPES: dict[str, TensorType] = {t.name: t for t in (
     _row("Q4_K", True, int_dot=True, q8k=True, row_panel=True, q8k_prompt=True),
     _row("Q5_K", True, int_dot=True, q8k=True, row_panel=True, q8k_prompt=True),
     _row("Q6_K", True, int_dot=True, q8k=True, q8k_prompt=True),
-    # Q8K kernels only, for decode and batches (no Q8A kernels, no row panels: prompt chunks
-    # run the float path, measured faster: TinyLlama-shaped IQ4_XS 128-token prefill 62 tok/s
-    # on the 1-row vnni tiles against 92-98 on the float gemm)
-    _row("Q2_K", True, q8k=True),
-    _row("Q3_K", True, q8k=True),
-    _row("IQ4_XS", True, q8k=True),
+    # Q8K kernels only (no Q8A kernels, no row panels). Prompt chunks on Q8K where the level has
+    # matmul_q8k's AMX tiles (3.5-4.5x the float gemm, docs/kernels-kquants.md), else the float
+    # path: faster than the 1-row vnni tiles there (TinyLlama-shaped IQ4_XS 128-token prefill 62
+    # tok/s against 92-98) and 3.5-5x faster than the portable kernel at the avx2 level
+    _row("Q2_K", True, q8k=True, prompt_families=("amx",)),
+    _row("Q3_K", True, q8k=True, prompt_families=("amx",)),
+    _row("IQ4_XS", True, q8k=True, prompt_families=("amx",)),
     _row("IQ4_NL", True, int_dot=True),
 )}
 

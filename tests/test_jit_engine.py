@@ -9,8 +9,10 @@ import pytest
 
 from bench.synth import MIXES, synth_model
 from reame.batch import Batch
+from reame.codegen.registry import get_op
 from reame.dispatch import VariantRejected
 from reame.jit.engine import Q8K_MIN_TOKENS, JITEngine
+from reame.jit.select import prompt_q8k
 from reame.model import load_model
 from reame.reference import ReferenceEngine
 
@@ -470,10 +472,11 @@ def test_available_memory_reads_the_cgroup_limit(tmp_path):
 @pytest.mark.parametrize("mix", ["Q2_K", "Q3_K", "IQ4_XS"])
 def test_q8k_only_types_sites(synth_dir, mix):
     """Types with Q8K kernels only (no Q8A kernels, no row panels): integer dots on Q8K in the
-    decode and batch programs, the float path in the prompt-chunk program (measured faster
-    there), and the reference oracle rounds their inputs by the same rule. Catches a type that
-    silently stays on the float path for decode, a prompt program sent to the 1-row tiles, and
-    a reference that rounds where the engine does not."""
+    decode and batch programs; in the prompt-chunk program the AMX tiles where the level has
+    them (select.prompt_q8k), else the float path (faster there than the 1-row tiles), and the
+    reference oracle rounds their inputs by the same rule. Catches a type that silently stays
+    on the float path for decode, a prompt program sent to the 1-row tiles, and a reference
+    that rounds where the engine does not."""
     model = load_model(synth_model(synth_dir, "tiny-llama", mix, n_ff=512))
     eng = JITEngine(model, n_ctx=64, max_seqs=4, threads=2, max_batch_tokens=32)
     ref = ReferenceEngine(model, n_ctx=64, max_seqs=4, act_quant=True,
@@ -481,10 +484,16 @@ def test_q8k_only_types_sites(synth_dir, mix):
     try:
         name = "blk.0.attn_q.weight"
         assert model.tensor(name).type.name == mix
+        amx = prompt_q8k(mix, eng.isa)
+        assert amx == any(v.family == "amx" and v.usable(eng.isa)
+                          for v in get_op("matmul_q8k").variants)
         for bucket in eng.buckets:
-            want = "matmul_q8k" if bucket <= 16 else "matmul"
+            want = "matmul_q8k" if bucket <= 16 or amx else "matmul"
             assert _site_ops(eng, bucket)[name] == want, (bucket, want)
-        for n, fmt in ((1, "q8k"), (16, "q8k"), (17, None), (32, None)):
+            fam = eng.table.by_name[f"{name}@{bucket}"].kernel.spec.family
+            assert (fam == "amx") == (bucket > 16 and amx), (bucket, fam)
+        for n, fmt in ((1, "q8k"), (16, "q8k"), (17, "q8k" if amx else None),
+                       (32, "q8k" if amx else None)):
             ref._step_tokens = n
             assert ref.act_format(name) == fmt, n
     finally:

@@ -169,11 +169,12 @@ def test_quantize_then_matmul_close_to_float(dtype):
 
 def test_variants():
     fams = {v.family: v for v in OP.variants}
-    assert set(fams) == {"generic", "avx2", "vnni", "panel"}
+    assert set(fams) == {"generic", "avx2", "vnni", "panel", "amx"}
     assert fams["generic"].min_level == "generic" and fams["panel"].min_level == "avx512_vnni"
-    for v in OP.variants:         # Q2_K / Q3_K: the portable and VNNI families only
-        assert set(v.dtypes) == (set(TYPES) if v.family in ("generic", "vnni")
-                                 else set(mk.TUNED)) and len(v.tiles) >= 2
+    assert fams["amx"].min_level == "amx"
+    for v in OP.variants:         # Q2_K / Q3_K / IQ4_XS: the portable, VNNI and AMX families
+        want = {"generic": TYPES, "vnni": TYPES, "amx": mk.AMX_TYPES}.get(v.family, mk.TUNED)
+        assert set(v.dtypes) == set(want) and len(v.tiles) >= 2
     assert {t["nt"] for t in fams["vnni"].tiles} == {1, 4, 8}
     assert {t["nt"] for t in fams["panel"].tiles} == {4, 8}
     assert random_activations is not None
@@ -208,14 +209,16 @@ def test_panel_tiles(dtype):
 @pytest.mark.parametrize("at_end", (True, False), ids=("guard-after", "guard-before"))
 @pytest.mark.parametrize("dtype", TYPES)
 def test_reads_stay_inside_the_weights(dtype, at_end):
-    """Weights between PROT_NONE pages: no vnni or panel tile reads outside them (the panels
-    load each row's 16/32-byte pieces and gather 4-byte words at fixed offsets of a superblock:
-    Q6_K's d, the last 2 bytes of a 210-byte superblock, is read as the high half of the word
-    at offset 206)."""
+    """Weights between PROT_NONE pages: no vnni, panel or amx tile reads outside them (the
+    panels load each row's 16/32-byte pieces and gather 4-byte words at fixed offsets of a
+    superblock: Q6_K's d, the last 2 bytes of a 210-byte superblock, is read as the high half
+    of the word at offset 206; amx: Q3_K's scales and d, the last 14 bytes of its 110, as 12
+    bytes and the word at 106, Q2_K's d/dmin as the word at 80)."""
     isa = detect()
     for M, K in ((3, 256), (17, 512)):
         for v in OP.variants:
-            if v.family not in ("vnni", "panel") or not v.usable(isa) or dtype not in v.dtypes:
+            if (v.family not in ("vnni", "panel", "amx") or not v.usable(isa)
+                    or dtype not in v.dtypes):
                 continue
             for tile in v.tiles:
                 spec = _spec(dtype, v.family, "native", tile, M, K, 0)
@@ -232,3 +235,118 @@ def test_reads_stay_inside_the_weights(dtype, at_end):
                 np.testing.assert_allclose(case.buffers["y"], want, rtol=rtol, atol=atol,
                                            err_msg=spec.label())
                 del g, keep
+
+
+def _amx(dtype):
+    v = next(v for v in OP.variants if v.family == "amx")
+    if dtype not in v.dtypes or not v.usable(detect()):
+        pytest.skip(f"no AMX here (or no amx kernel for {dtype})")
+    return v
+
+
+AMX_DIMS = ((70, 256, 1), (16, 768, 0), (17, 512, 1), (2, 1280, 1), (48, 256, 0))
+
+
+@pytest.mark.parametrize("dtype", mk.AMX_TYPES)
+def test_amx_tiles(dtype):
+    """Family `amx` (16-token x 16-row AMX tiles): several panels per slice, a last panel moved
+    back over rows already done (only its new lanes stored), fewer rows than a panel; token
+    counts below, at and above a 16-token tile (the last tile's A and C tiles reconfigured to
+    its rows) and above a token chunk (n > tc: the chunk's scale table and decoded panels made
+    again); 1/2/3/7 slices; the rows of y after token n untouched (they hold NaN here). Catches
+    a tail tile that stores or accumulates its padding tokens (overwrites the NaN rows), a
+    moved-back panel that stores all 16 lanes (acc=1 adds those rows twice), and a second
+    chunk that reads the first chunk's tokens or scales."""
+    v = _amx(dtype)
+    rtol, atol = mk.TOLERANCE[dtype]
+    for M, K, acc in AMX_DIMS:
+        for tile in v.tiles:
+            spec = _spec(dtype, "amx", "native", tile, M, K, acc)
+            k = build(spec, detect())
+            for n in (1, 15, 16, 17, 40, tile["tc"] + 21):
+                case = OP.make_case(spec, np.random.default_rng([M, K, n, acc]), n)
+                want = OP.reference(spec, case)["y"]
+                y = np.full((n + 16, M), np.nan, np.float32)       # 16 guard rows after n
+                args = case.args.copy()
+                args[2] = y.ctypes.data
+                for nth in (1, 2, 3, 7):
+                    y[:n] = case.meta["y0"]
+                    k.run_threads(args, nth)
+                    np.testing.assert_allclose(y[:n], want, rtol=rtol, atol=atol,
+                                               err_msg=f"{spec.label()} n={n} nth={nth}")
+                    assert np.isnan(y[n:]).all(), (spec.label(), n, nth)
+
+
+def _extreme_weights(dtype, rng, M, K):
+    """Superblocks whose folded int8 products reach the ends of their range: Q3_K scales -32 and
+    31 (stored 0 and 63) with quants -4 and 3 (t sc = 4 * -32 = -128, 4 * 31 = 124, -3 * -32 =
+    96); Q2_K scales and mins 15 with quants 3 (45); IQ4_XS levels -127 and 113 with scales
+    -32 and 31; random d (and dmin) of unit size."""
+    w = random_weights(dtype, rng, M, K)
+    nsb = K // 256
+    b = w.reshape(M, nsb, -1)
+    pick = rng.integers(0, 2, (M, nsb, 1)).astype(bool)
+    if dtype == "Q3_K":
+        b[:, :, 0:32] = np.where(rng.random((M, nsb, 32)) < 0.5, 0, 0xFF)    # hmask: q >= 0 or -4
+        b[:, :, 32:96] = np.where(rng.random((M, nsb, 64)) < 0.5, 0, 0xFF)   # low bits 0 or 3
+        b[:, :, 96:108] = np.where(pick, 0, 0xFF)                            # scales 0 or 63
+    elif dtype == "Q2_K":
+        b[:, :, 0:16] = 0xFF                                                 # sc = m = 15
+        b[:, :, 16:80] = np.where(rng.random((M, nsb, 64)) < 0.7, 0xFF, 0)   # q = 3 or 0
+    else:
+        b[:, :, 2:4] = np.where(pick, 0, 0xFF)                               # scales_h
+        b[:, :, 4:8] = np.where(pick, 0, 0xFF)                               # sc - 32: -32 / 31
+        b[:, :, 8:136] = np.where(rng.random((M, nsb, 128)) < 0.5, 0x00, 0xFF)   # levels 0 / 15
+    return w
+
+
+@pytest.mark.parametrize("dtype", mk.AMX_TYPES)
+def test_amx_folded_scales_at_the_ends_of_int8(dtype):
+    """The amx family folds Q3_K's and Q2_K's integer sub-scales into its int8 weights (Q3_K as
+    -q sc with the weight scale -d: q sc reaches +128 = -4 * -32, one past int8) and feeds
+    IQ4_XS's levels as they are; with every product at the end of its range and activations at
+    +-127, against float64. Catches Q3_K folded as +q sc (128 wraps to -128: those products
+    change sign) or through a saturating pack (128 -> 127)."""
+    _amx(dtype)
+    M, K, n = 48, 1024, 21
+    rng = np.random.default_rng(9)
+    spec0 = _spec(dtype, "generic", "generic", {"nt": 1, "u": 1}, M, K, 0)
+    case = OP.make_case(spec0, rng, n)
+    case.buffers["w"][...] = _extreme_weights(dtype, rng, M, K)
+    x = np.where(rng.random((n, K)) < 0.5, 1.0, -1.0).astype(np.float32)
+    x[:, ::3] *= rng.random((n, K))[:, ::3].astype(np.float32)    # most quants +-127
+    case.buffers["xq"][...] = q8k.quantize_rows(x)
+    want = OP.reference(spec0, case)["y"]
+    rtol, atol = mk.TOLERANCE[dtype]
+    for tile in _amx(dtype).tiles:
+        spec = _spec(dtype, "amx", "native", tile, M, K, 0)
+        case.buffers["y"][...] = np.nan
+        build(spec, detect()).run_threads(case.args, 2)
+        np.testing.assert_allclose(case.buffers["y"], want, rtol=rtol, atol=atol * 100,
+                                   err_msg=spec.label())
+
+
+@pytest.mark.parametrize("dtype", mk.AMX_TYPES)
+def test_amx_reads_stay_inside_the_activations(dtype):
+    """The amx family loads its A tiles (16 tokens' quants of a 32-block) straight from the Q8K
+    rows: activations ending at a PROT_NONE page, n not a multiple of 16. Catches a last tile
+    loaded with 16 rows (reads past token n) and Q2_K's per-16 sums read for padding tokens."""
+    _amx(dtype)
+    isa = detect()
+    M, K = 32, 512
+    for n in (5, 17, 30):
+        for tile in _amx(dtype).tiles:
+            spec = _spec(dtype, "amx", "native", tile, M, K, 0)
+            case = OP.make_case(spec, np.random.default_rng(n), n)
+            want = OP.reference(spec, case)["y"]
+            xq = case.buffers["xq"]
+            keep, g = guarded_bytes(xq.nbytes, True)
+            g[:] = xq.reshape(-1)
+            args = case.args.copy()
+            args[1] = g.ctypes.data
+            case.buffers["y"][...] = np.nan
+            build(spec, isa).run_threads(args, 2)
+            rtol, atol = mk.TOLERANCE[dtype]
+            np.testing.assert_allclose(case.buffers["y"], want, rtol=rtol, atol=atol,
+                                       err_msg=f"{spec.label()} n={n}")
+            del g, keep

@@ -21,6 +21,11 @@ Families (templates/matmul_q8k_<family>.ll.j2, skeleton in matmul_q8k_common.ll.
               vpmulld (the sub-scale), one 32-block per ymm, int32 sums over the superblock
     vnni      AVX-512 VNNI: vpdpbusd, vpackssdw, vpmullw (weight scale x activation sub-scale
               words), vpmaddwd/vpdpwssd; 64 values per zmm, GFNI nibble split on GFNI hosts
+    panel     AVX-512 VNNI register tiles of 16 rows x nt tokens (rows in the lanes)
+    amx       AMX-INT8 (Q2_K, Q3_K, IQ4_XS; prompt-chunk programs only, reame/jit/select.py):
+              each 16-row panel decoded once per token chunk into int8 B tiles (the weights'
+              integer sub-scales folded in where the product fits int8), one tdpbssd per
+              32-block and 16-token tile, its int32 tile scaled into 16 float accumulators
 Tiles: nt = tokens per weight pass, u = superblocks per loop step, pf = software prefetch
 distance (bytes) of the weight stream. Measured figures: docs/kernels-kquants.md.
 
@@ -30,6 +35,9 @@ over superblocks (and, Q4_K/Q5_K, of the separate min term).
 """
 
 from __future__ import annotations
+
+import ctypes
+import functools
 
 import numpy as np
 
@@ -42,6 +50,7 @@ from .matmul_q8_kquants import (TILES_AVX2, TILES_PORTABLE, TILES_VNNI, random_a
 
 K_TYPES = tuple(t.name for t in TENSOR_TYPES.values() if t.q8k)   # the type table's Q8K types
 TUNED = ("Q4_K", "Q5_K", "Q6_K")   # types of the avx2 and panel families (generic, vnni: all)
+AMX_TYPES = ("Q2_K", "Q3_K", "IQ4_XS")   # types of the amx family
 _TILES = "nt = tokens per weight pass, u = superblocks per loop step, pf = prefetch distance (B)"
 
 
@@ -63,6 +72,26 @@ def _reference(spec, case):
     if spec.p.get("acc"):
         y = y + case.meta["y0"].astype(np.float64)
     return {"y": y}
+
+
+@functools.lru_cache(maxsize=None)
+def amx_permitted() -> bool:
+    """Whether this process may use AMX tile data: Linux grants it per process on request
+    (arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)); without it a tile instruction faults.
+    The amx kernels also ask on their first call, so a kernel built and called outside
+    `Variant.usable` (tests, benchmarks) runs too."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.syscall(158, 0x1023, 18) == 0        # SYS_arch_prctl on x86-64
+    except (OSError, AttributeError):
+        return False
+
+
+class AmxVariant(Variant):
+    """A variant that needs the AMX level and the OS's permission to use tile data."""
+
+    def usable(self, isa) -> bool:
+        return super().usable(isa) and isa.arch == "x86_64" and amx_permitted()
 
 
 # (rtol, atol) for data of about unit size (|y| ~ 1 for any K): the integer sums per superblock
@@ -92,6 +121,12 @@ OP = Op(
                 "with the activation broadcast, sub-block scales as float lanes (16 rows per "
                 "instruction); activations repacked superblock-major per token tile; nt = tokens "
                 "per weight pass, pf = next-panel prefetch locality (3: L1, 2: L2, none: off)"),
+        AmxVariant("amx", "amx", AMX_TYPES, ({"tc": 256}, {"tc": 512}),
+                   "AMX-INT8: per 16-row panel and token chunk the rows decoded once into int8 B "
+                   "tiles (integer sub-scales folded in for Q2_K/Q3_K), per 16-token tile and "
+                   "32-block one tdpbssd with the tokens' Q8K quants as A, the int32 tile scaled "
+                   "into float accumulators; for prompt-chunk programs; tc = tokens per chunk "
+                   "(per-32 activation scale table, weight decode reused by tc/16 tiles)"),
     ),
     make_case=_case,
     reference=_reference,

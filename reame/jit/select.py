@@ -48,8 +48,8 @@ def matmul_site(dtype: str, rows: int, K: int, n_tokens: int, isa: ISA, acc: int
     for steps of up to n_tokens tokens:
     - quantised weights with integer-dot kernels at this level read 8-bit activations (unless
       int_dot=False, `--act-type f32`): Q8K for the type table's q8k types (K a multiple of
-      256) in programs of >= q8k_min_tokens tokens (prompt-chunk programs only for the
-      q8k_prompt types), through matmul_q8k_rp on a copy repacked
+      256) in programs of >= q8k_min_tokens tokens (prompt-chunk programs only where
+      prompt_q8k says so), through matmul_q8k_rp on a copy repacked
       into the row-panel layout for the row_panel types with whole 16-row panels where the
       level has the panel kernels, else matmul_q8k on the file's bytes; Q8A (K a multiple of
       32) through matmul_q8 otherwise;
@@ -62,7 +62,8 @@ def matmul_site(dtype: str, rows: int, K: int, n_tokens: int, isa: ISA, acc: int
     dims = dict(M=rows, K=K, acc=acc)
     if int_dot and t.quantized:
         if (q8k_ok and t.q8k and K % 256 == 0 and q8k_min_tokens is not None
-                and n_tokens >= q8k_min_tokens and (t.q8k_prompt or n_tokens < PROMPT_STEP)
+                and n_tokens >= q8k_min_tokens
+                and (n_tokens < PROMPT_STEP or prompt_q8k(dtype, isa))
                 and has_kernel("matmul_q8k", dtype, isa)):
             if (row_panel and t.row_panel and rows % PANEL_ROWS == 0
                     and any(v.family == "panel" and v.usable(isa)
@@ -72,6 +73,19 @@ def matmul_site(dtype: str, rows: int, K: int, n_tokens: int, isa: ISA, acc: int
         if q8a_ok and K % 32 == 0 and has_kernel("matmul_q8", dtype, isa):
             return Site(choose("matmul_q8", dtype, isa, tt, **dims), "q8a", "gguf")
     return Site(choose("matmul", dtype, isa, tt, **dims), None, "gguf")
+
+def prompt_q8k(dtype: str, isa: ISA) -> bool:
+    """Whether prompt-chunk programs (>= PROMPT_STEP tokens) run weights of `dtype` on Q8K
+    (matmul_q8k) at this level: the type table's q8k_prompt types always; its prompt_families
+    types where matmul_q8k has one of those families for them at this level (Q2_K, Q3_K,
+    IQ4_XS: the AMX tiles), else the float path. The reference engine asks the same
+    (ReferenceEngine.act_format, at the level a JIT engine would take by default)."""
+    t = TENSOR_TYPES[dtype]
+    if t.q8k_prompt:
+        return True
+    return any(v.family in t.prompt_families and dtype in v.dtypes and v.usable(isa)
+               for v in registry.get_op("matmul_q8k").variants)
+
 
 # tile keys that count tokens per pass: nt (every matmul family's tokens per weight pass), nr
 # (the GEMM micro-kernel's tokens, BLAS's name), rb (attention's query rows per block)
@@ -99,6 +113,8 @@ def choose(op_name: str, dtype: str, isa: ISA, n_tokens: int, **dims) -> KernelS
     best = None
     for v in op.variants:
         if dtype not in v.dtypes or not v.usable(isa):
+            continue
+        if v.family in PROMPT_FAMILIES and n_tokens < PROMPT_STEP:
             continue
         key = _rank(isa, v.min_level)
         if best is None or key > best[0]:
@@ -142,6 +158,9 @@ def choose(op_name: str, dtype: str, isa: ISA, n_tokens: int, **dims) -> KernelS
 
 
 GEMM_MIN_TOKENS = 16
+# families only for prompt-chunk programs (>= PROMPT_STEP tokens): matmul_q8k's AMX tiles decode
+# a 16-row panel once per chunk of tokens and compute 16 tokens per tile, wasted on small steps
+PROMPT_FAMILIES = ("amx",)
 PANEL_OPS = ("matmul_q8", "matmul_q8k")
 PANEL_MIN_TOKENS = 2          # row panels only for programs of several tokens (decode: 1-row tiles)
 PANEL_Q8K_MIN_K = 4096        # matmul_q8k: row panels for long rows in batched decode...

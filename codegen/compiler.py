@@ -48,6 +48,37 @@ DEFAULT_BACKEND_OPT = 3
 RELOC = "static"
 
 
+# LLVM triple of an architecture when it is not the host's (cross-building)
+TRIPLES = {"x86_64": "x86_64-unknown-linux-gnu", "aarch64": "aarch64-unknown-linux-gnu"}
+
+
+def host_arch() -> str:
+    return _arch_of(llvm.get_default_triple())
+
+
+def _arch_of(triple: str) -> str:
+    from .isa import normalize_arch
+    return normalize_arch(triple.split("-", 1)[0])
+
+
+def target_machine(isa: ISA, backend_opt: int = DEFAULT_BACKEND_OPT) -> "llvm.TargetMachine":
+    """A target machine for `isa`: the host's own triple when `isa` is of the host's
+    architecture, else that architecture's Linux triple (an AArch64 ISA built on x86: object
+    code and assembly to inspect, never run)."""
+    with LLVM_LOCK:
+        if isa.arch == host_arch() or isa.arch not in TRIPLES:
+            llvm.initialize_native_target()
+            llvm.initialize_native_asmprinter()
+            target = llvm.Target.from_default_triple()
+        else:
+            llvm.initialize_all_targets()
+            llvm.initialize_all_asmprinters()
+            target = llvm.Target.from_triple(TRIPLES[isa.arch])
+        return target.create_target_machine(cpu=isa.cpu_name, features=isa.features,
+                                            opt=backend_opt, codemodel="jitdefault",
+                                            reloc=RELOC)
+
+
 def default_cache_dir() -> Path | None:
     """$REAME_CACHE_DIR (off/none/empty disables), else $XDG_CACHE_HOME/reame/kernels."""
     env = os.environ.get("REAME_CACHE_DIR")
@@ -78,15 +109,15 @@ class Compiler:
         self._symbols: dict[str, int] = {}
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         with LLVM_LOCK:
-            llvm.initialize_native_target()
-            llvm.initialize_native_asmprinter()
-            target = llvm.Target.from_default_triple()
-            self.tm = target.create_target_machine(cpu=isa.cpu_name, features=isa.features,
-                                                   opt=backend_opt, codemodel="jitdefault",
-                                                   reloc=RELOC)
-            empty = llvm.parse_assembly("")
-            empty.triple = self.tm.triple
-            self.engine = llvm.create_mcjit_compiler(empty, self.tm)
+            self.tm = target_machine(isa, backend_opt)
+            # cross-building (an aarch64 ISA on an x86 host, tests and llvm-mca figures): object
+            # code and assembly only; nothing of another architecture is ever loaded
+            self.cross = _arch_of(self.tm.triple) != host_arch()
+            self.engine = None
+            if not self.cross:
+                empty = llvm.parse_assembly("")
+                empty.triple = self.tm.triple
+                self.engine = llvm.create_mcjit_compiler(empty, self.tm)
 
     # ---- stages (also what `reame codegen --dump` prints) ----
     def parse(self, ir: str) -> "llvm.ModuleRef":
@@ -161,8 +192,16 @@ class Compiler:
                 except OSError:
                     pass
 
+    def object_code(self, ir: str) -> bytes:
+        """The object file of a module (no cache, not loaded): what a cross build checks."""
+        with LLVM_LOCK:
+            return self.tm.emit_object(self.parse(ir))
+
     def compile(self, ir: str, symbols: list[str]) -> dict[str, int]:
         """Compile (or load from the cache) a module and return the addresses of `symbols`."""
+        if self.cross:
+            raise RuntimeError(f"cannot load {self.tm.triple} code on this {host_arch()} host "
+                               "(a cross compiler: object_code() and assembly() only)")
         with LLVM_LOCK:
             if all(s in self._symbols for s in symbols):
                 return {s: self._symbols[s] for s in symbols}

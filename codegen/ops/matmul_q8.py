@@ -125,6 +125,11 @@ OP = Op(
                 "activation broadcast, scales applied to 16 rows per instruction; activations "
                 "repacked block-major per token tile; " + _TOKENS_DOC
                 + ", pf = next-panel prefetch locality (3: L1, 2: L2, none: off)"),
+        Variant("dotprod", "dotprod", LEGACY + LEVELS4, ({"nt": 1}, {"nt": 2}, {"nt": 4}),
+                "AArch64 dot product: two sdot per block and token, 4 blocks' sums gathered by "
+                "two levels of addp, then one scvtf / fmul (4 weight x 4 activation scales) / "
+                "fmla per 4 blocks; zero points corrected by the Q8A block sums (mla), IQ4_NL "
+                "levels by tbl; " + _TOKENS_DOC),
     ) + K_VARIANTS,
     make_case=_case,
     reference=_reference,

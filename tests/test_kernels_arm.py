@@ -30,7 +30,7 @@ V1 = host_isa("aarch64", "neoverse-v1", "+neon,+fp-armv8",
 N1 = host_isa("aarch64", "neoverse-n1", "+neon,+fp-armv8", os_inputs={"hwcap": 0x10119FFF})
 
 # (op, family): the instruction its assembly must use
-FAMILIES = {("matmul_q8", "dotprod"): "sdot"}
+FAMILIES = {("matmul_q8", "dotprod"): "sdot", ("matmul_q8k", "dotprod"): "sdot"}
 ARM_LEVELS = ("dotprod", "i8mm")
 
 
@@ -183,3 +183,10 @@ def test_arm_hosts_start_with_their_families():
                 assert spec.family == fam, (isa.level, dtype, n, spec.label())
                 site = matmul_site(dtype, 4096, 4096, n, isa)
                 assert (site.op, site.act, site.spec.family) == ("matmul_q8", "q8a", fam)
+    k_types = next(v for v in get_op("matmul_q8k").variants if v.family == "dotprod").dtypes
+    for isa in (N1, V1):
+        for dtype in k_types:
+            for n in (1, 4):
+                site = matmul_site(dtype, 4096, 4096, n, isa)
+                assert (site.op, site.act, site.spec.family) == ("matmul_q8k", "q8k", "dotprod"), \
+                    (isa.level, dtype, site)

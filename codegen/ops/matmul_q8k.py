@@ -22,6 +22,8 @@ Families (templates/matmul_q8k_<family>.ll.j2, skeleton in matmul_q8k_common.ll.
     vnni      AVX-512 VNNI: vpdpbusd, vpackssdw, vpmullw (weight scale x activation sub-scale
               words), vpmaddwd/vpdpwssd; 64 values per zmm, GFNI nibble split on GFNI hosts
     panel     AVX-512 VNNI register tiles of 16 rows x nt tokens (rows in the lanes)
+    dotprod   AArch64 sdot on signed byte halves, addp to block / 16-group sums, integer scale
+              products; figures: docs/kernels-arm.md
     amx       AMX-INT8 (Q2_K, Q3_K, IQ4_XS; prompt-chunk programs only, reame/jit/select.py):
               each 16-row panel decoded once per token chunk into int8 B tiles (the weights'
               integer sub-scales folded in where the product fits int8), one tdpbssd per
@@ -121,6 +123,13 @@ OP = Op(
                 "with the activation broadcast, sub-block scales as float lanes (16 rows per "
                 "instruction); activations repacked superblock-major per token tile; nt = tokens "
                 "per weight pass, pf = next-panel prefetch locality (3: L1, 2: L2, none: off)"),
+        Variant("dotprod", "dotprod", K_TYPES, ({"nt": 1, "u": 1}, {"nt": 2, "u": 1},
+                                                 {"nt": 4, "u": 1}),
+                "AArch64 dot product: a superblock unpacked to 16 signed byte halves once per "
+                "token tile, one sdot per half and token, addp levels to the 8 block (4 x 4 "
+                "group) sums, integer scale products (umull/smull of the weight scale and the "
+                "activation sub-scale), two scvtf/fmla per superblock and token, mins by fmls "
+                "on the same accumulators; " + _TILES),
         AmxVariant("amx", "amx", AMX_TYPES, ({"tc": 256}, {"tc": 512}),
                    "AMX-INT8: per 16-row panel and token chunk the rows decoded once into int8 B "
                    "tiles (integer sub-scales folded in for Q2_K/Q3_K), per 16-token tile and "

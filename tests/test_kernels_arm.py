@@ -30,7 +30,8 @@ V1 = host_isa("aarch64", "neoverse-v1", "+neon,+fp-armv8",
 N1 = host_isa("aarch64", "neoverse-n1", "+neon,+fp-armv8", os_inputs={"hwcap": 0x10119FFF})
 
 # (op, family): the instruction its assembly must use
-FAMILIES = {("matmul_q8", "dotprod"): "sdot", ("matmul_q8k", "dotprod"): "sdot"}
+FAMILIES = {("matmul_q8", "dotprod"): "sdot", ("matmul_q8", "i8mm"): "smmla",
+            ("matmul_q8k", "dotprod"): "sdot"}
 ARM_LEVELS = ("dotprod", "i8mm")
 
 
@@ -75,6 +76,8 @@ def test_cross_build_uses_the_family_instruction(op_name, variant, dtype, tile, 
     features lack its instruction (LLVM aborts the process: 'Cannot select'), and a conversion
     lowered to a libcall (`bl __extendhfsf2`), which the JIT cannot resolve."""
     isa = V1.at(variant.min_level)
+    if variant.family == "i8mm" and tile["nt"] == 1:
+        instr = "sdot"                  # decode: the dotprod code (no token pair for smmla)
     for M, K, acc in _dims(op_name):
         spec = KernelSpec.make(op_name, dtype, variant.family, isa.level, **tile, M=M, K=K,
                                acc=acc)
@@ -176,7 +179,7 @@ def test_arm_hosts_start_with_their_families():
     family missing from the variant list or registered under a level the ladder does not rank
     above generic (the auto-vectorised generic code would be chosen)."""
     from reame.jit.select import choose, matmul_site
-    for isa, fam in ((N1, "dotprod"), (V1.at("dotprod"), "dotprod"), (V1, "dotprod")):
+    for isa, fam in ((N1, "dotprod"), (V1.at("dotprod"), "dotprod"), (V1, "i8mm")):
         for dtype in ("Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "IQ4_NL"):
             for n in (1, 2, 8):
                 spec = choose("matmul_q8", dtype, isa, n, M=4096, K=4096, acc=0)

@@ -130,6 +130,11 @@ OP = Op(
                 "two levels of addp, then one scvtf / fmul (4 weight x 4 activation scales) / "
                 "fmla per 4 blocks; zero points corrected by the Q8A block sums (mla), IQ4_NL "
                 "levels by tbl; " + _TOKENS_DOC),
+        Variant("i8mm", "i8mm", LEGACY + LEVELS4, ({"nt": 1}, {"nt": 2}, {"nt": 4}),
+                "AArch64 int8 matrix multiply: register tiles of 2 rows x 2 tokens, four smmla "
+                "per block (rows zipped, token pairs interleaved once per tile in a stack "
+                "buffer), one scvtf/fmul/fmla per block and tile; nt = 1 is the dotprod code "
+                "(decode: no token pair); " + _TOKENS_DOC + " (even: token pairs)"),
     ) + K_VARIANTS,
     make_case=_case,
     reference=_reference,

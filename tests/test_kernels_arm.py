@@ -138,7 +138,9 @@ def test_matches_reference_at_the_family_level(op_name, family, dtype, level, ti
     duplicated last token), acc 0/1, 1 and 3 threads. Catches a wrong zero-point correction
     (Q4_0/Q5_0: S - c s), a lane order mistake in the addp tree or the smmla operands (block
     sums or row/token lanes swapped), a scale lane of the partial group left undefined, a
-    duplicated row or token stored twice with acc=1."""
+    duplicated row or token stored twice with acc=1; matmul_q8k: a 16-group scale applied to
+    the wrong group's sum (Q6_K), a block's mins against another block's activation sums (Q4_K).
+    (Each of these, made on purpose, failed it under qemu-aarch64.)"""
     M, K, acc = dims
     isa = detect().at(level)
     op = get_op(op_name)

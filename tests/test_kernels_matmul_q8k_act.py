@@ -169,11 +169,12 @@ def test_quantize_then_matmul_close_to_float(dtype):
 
 def test_variants():
     fams = {v.family: v for v in OP.variants}
-    assert set(fams) == {"generic", "avx2", "vnni", "panel", "amx"}
+    assert set(fams) == {"generic", "avx2", "vnni", "panel", "amx", "dotprod"}
     assert fams["generic"].min_level == "generic" and fams["panel"].min_level == "avx512_vnni"
-    assert fams["amx"].min_level == "amx"
-    for v in OP.variants:         # Q2_K / Q3_K / IQ4_XS: the portable, VNNI and AMX families
-        want = {"generic": TYPES, "vnni": TYPES, "amx": mk.AMX_TYPES}.get(v.family, mk.TUNED)
+    assert fams["amx"].min_level == "amx" and fams["dotprod"].min_level == "dotprod"
+    for v in OP.variants:   # Q2_K / Q3_K / IQ4_XS: the portable, VNNI, AArch64 and AMX families
+        want = {"generic": TYPES, "vnni": TYPES, "dotprod": TYPES,
+                "amx": mk.AMX_TYPES}.get(v.family, mk.TUNED)
         assert set(v.dtypes) == set(want) and len(v.tiles) >= 2
     assert {t["nt"] for t in fams["vnni"].tiles} == {1, 4, 8}
     assert {t["nt"] for t in fams["panel"].tiles} == {4, 8}

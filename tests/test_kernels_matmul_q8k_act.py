@@ -207,6 +207,23 @@ def test_panel_tiles(dtype):
                                                    err_msg=f"{spec.label()} n={n} nth={nth}")
 
 
+def _run_guarded(spec, isa, arg: str, at_end: bool, seed: int, n: int) -> None:
+    """Run a random case of `spec` on 2 threads with buffer `arg` (w or xq) copied next to a
+    PROT_NONE page (after it when at_end, else before), and compare with the reference."""
+    case = OP.make_case(spec, np.random.default_rng(seed), n)
+    want = OP.reference(spec, case)["y"]
+    buf = case.buffers[arg]
+    keep, g = guarded_bytes(buf.nbytes, at_end)   # noqa: F841  (keep: the mapping's owner)
+    g[:] = buf.reshape(-1)
+    args = case.args.copy()
+    args[OP.args.index(arg)] = g.ctypes.data
+    case.buffers["y"][...] = np.nan
+    build(spec, isa).run_threads(args, 2)
+    rtol, atol = mk.TOLERANCE[spec.dtype]
+    np.testing.assert_allclose(case.buffers["y"], want, rtol=rtol, atol=atol,
+                               err_msg=f"{spec.label()} n={n}")
+
+
 @pytest.mark.parametrize("at_end", (True, False), ids=("guard-after", "guard-before"))
 @pytest.mark.parametrize("dtype", TYPES)
 def test_reads_stay_inside_the_weights(dtype, at_end):
@@ -223,19 +240,7 @@ def test_reads_stay_inside_the_weights(dtype, at_end):
                 continue
             for tile in v.tiles:
                 spec = _spec(dtype, v.family, "native", tile, M, K, 0)
-                case = OP.make_case(spec, np.random.default_rng(0), 5)
-                want = OP.reference(spec, case)["y"]
-                w = case.buffers["w"]
-                keep, g = guarded_bytes(w.nbytes, at_end)
-                g[:] = w.reshape(-1)
-                args = case.args.copy()
-                args[0] = g.ctypes.data
-                case.buffers["y"][...] = np.nan
-                build(spec, isa).run_threads(args, 2)
-                rtol, atol = mk.TOLERANCE[dtype]
-                np.testing.assert_allclose(case.buffers["y"], want, rtol=rtol, atol=atol,
-                                           err_msg=spec.label())
-                del g, keep
+                _run_guarded(spec, isa, "w", at_end, seed=0, n=5)
 
 
 def _amx(dtype):
@@ -338,16 +343,4 @@ def test_amx_reads_stay_inside_the_activations(dtype):
     for n in (5, 17, 30):
         for tile in _amx(dtype).tiles:
             spec = _spec(dtype, "amx", "native", tile, M, K, 0)
-            case = OP.make_case(spec, np.random.default_rng(n), n)
-            want = OP.reference(spec, case)["y"]
-            xq = case.buffers["xq"]
-            keep, g = guarded_bytes(xq.nbytes, True)
-            g[:] = xq.reshape(-1)
-            args = case.args.copy()
-            args[1] = g.ctypes.data
-            case.buffers["y"][...] = np.nan
-            build(spec, isa).run_threads(args, 2)
-            rtol, atol = mk.TOLERANCE[dtype]
-            np.testing.assert_allclose(case.buffers["y"], want, rtol=rtol, atol=atol,
-                                       err_msg=f"{spec.label()} n={n}")
-            del g, keep
+            _run_guarded(spec, isa, "xq", True, seed=n, n=n)

@@ -45,6 +45,7 @@ import hashlib
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -262,20 +263,37 @@ class _ReameFinder:
 
 
 sys.meta_path.insert(0, _ReameFinder)
+
+# a guest process that starts Python (subprocess, multiprocessing) runs it under qemu too:
+# without binfmt_misc the guest's own binary cannot be exec'd ("Exec format error")
+sys.executable = {python!r}
 '''
 
+PYTHON_WRAPPER = """#!/bin/sh
+# written by bench/arm64_check.py: the guest's Python under qemu-aarch64
+exec {qemu} -L {root} {python} "$@"
+"""
 
-def write_boot(cache: Path, site: Path) -> Path:
+
+def write_boot(cache: Path, site: Path, qemu: str, root: Path, facts: dict) -> Path:
+    """cache/boot: the guest's sitecustomize.py (first on its PYTHONPATH) and `python`, a host
+    script that starts the guest's Python under qemu (the guest's sys.executable)."""
     import tomllib
     pkg_dirs = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"][
         "package-dir"]
     mapping = {name: str(REPO / d) for name, d in pkg_dirs.items()}
     boot = cache / "boot"
     boot.mkdir(exist_ok=True)
-    text = SITECUSTOMIZE.format(repo=str(REPO), site=str(site), mapping=mapping)
-    f = boot / "sitecustomize.py"
-    if not f.exists() or f.read_text() != text:
-        f.write_text(text)
+    wrapper = boot / "python"
+    python = root / f"usr/bin/python{facts['python']}"
+    files = {wrapper: PYTHON_WRAPPER.format(qemu=shlex.quote(qemu), root=shlex.quote(str(root)),
+                                            python=shlex.quote(str(python))),
+             boot / "sitecustomize.py": SITECUSTOMIZE.format(
+                 repo=str(REPO), site=str(site), mapping=mapping, python=str(wrapper))}
+    for f, text in files.items():
+        if not f.exists() or f.read_text() != text:
+            f.write_text(text)
+    wrapper.chmod(0o755)
     return boot
 
 
@@ -565,7 +583,7 @@ def main(argv=None) -> int:
     except SetupError as e:
         print(f"arm64_check: setup failed: {e}", file=sys.stderr)
         return 2
-    boot = write_boot(cache, site)
+    boot = write_boot(cache, site, qemu, root, facts)
     kernels = (Path(tempfile.mkdtemp(prefix="reame-arm64-kernels-")) if a.cold_kernels
                else cache / "kernels")
     logs = cache / "logs"

@@ -37,6 +37,8 @@ from .profile import percentile
 log = logging.getLogger("reame.adaptive")
 Z = 2.5                  # standard errors of margin when comparing two levels
 BLOCKS = 8               # blocks of consecutive steps for the standard error
+MIX_SLACK = 0.15         # a level judged on its decode steps: how much worse its mix may look
+CONFIRM = 4              # a kept level's mix is checked again over this many generations
 LEVELS = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256)
 
 
@@ -44,8 +46,10 @@ class LevelStats:
     """One level's recent full steps (generated tokens, seconds) and decode step times."""
 
     def __init__(self, keep: int = 4096):
-        self.full: deque[tuple[int, float]] = deque(maxlen=keep)
+        self.full: deque[tuple[int, float]] = deque(maxlen=keep)   # at the limit, waiting
+        self.mix: deque[tuple[int, float]] = deque(maxlen=keep)    # any step while waiting
         self.decode_steps: deque[float] = deque(maxlen=512)
+        self.decode_tok: deque[float] = deque(maxlen=keep)   # seconds per token, decode-only
 
     @property
     def steps(self) -> int:
@@ -56,7 +60,7 @@ class LevelStats:
         all their tokens: a step heavy with prompt chunks counts for what it cost), and its
         standard error from BLOCKS consecutive blocks of them (block means absorb the
         correlation between neighbouring steps)."""
-        xs = list(self.full)[-last:]
+        xs = list(self.mix)[-last:]
         k = len(xs) // BLOCKS
         if k < 1:
             return math.inf, math.inf
@@ -73,9 +77,24 @@ class LevelStats:
         var = sum((b - m) ** 2 for b in blocks) / (BLOCKS - 1)
         return mean, math.sqrt(var / BLOCKS)
 
+    def decode_per_token(self, last: int) -> tuple[float, float]:
+        """Seconds per token of the last `last` decode-only steps with the batch exactly at
+        this level, and its standard error from BLOCKS consecutive blocks."""
+        return _mean_se(list(self.decode_tok)[-last:])
+
     @property
     def tpot_p95(self) -> float:
         return percentile(self.decode_steps, 0.95)
+
+
+def _mean_se(xs: list[float]) -> tuple[float, float]:
+    k = len(xs) // BLOCKS
+    if k < 1:
+        return math.inf, math.inf
+    blocks = [sum(xs[b * k:(b + 1) * k]) / k for b in range(BLOCKS)]
+    m = sum(blocks) / BLOCKS
+    var = sum((b - m) ** 2 for b in blocks) / (BLOCKS - 1)
+    return sum(xs) / len(xs), math.sqrt(var / BLOCKS)
 
 
 class BatchTuner:
@@ -96,6 +115,7 @@ class BatchTuner:
         self._settled = 0                         # full steps seen at the probed level
         self.cycle = 0                            # typical tokens a sequence generates
         self.refused: dict[int, int] = {}         # level -> step it was refused at
+        self._confirm: tuple[int, LevelStats] | None = None   # (level left, its stats)
         self.history: list[tuple[int, int, str]] = []   # (step, level, what happened)
         self.probes = self.kept = self.reverted = self.guarded = 0
 
@@ -124,12 +144,22 @@ class BatchTuner:
             return
         limit = self.params.max_batch
         full = running >= limit and waiting > 0
+        at = running == limit                     # (after a lower limit: draining, not it)
+        # every step while requests wait counts for the mix, refills after a wave included
+        sat = waiting > 0 and running <= limit
         if self.probe is not None:
-            self._probing(n_sampled, seconds, decode_only, full)
+            self._probing(n_sampled, seconds, decode_only, full and at, sat)
             return
-        if running >= limit and decode_only:      # the level's step times, for the guard
-            self.base.decode_steps.append(seconds)
-        if full:
+        if sat:
+            self.base.mix.append((n_sampled, seconds))
+            if (self._confirm is not None
+                    and len(self.base.mix) >= CONFIRM * max(self.window, self.cycle)):
+                self._confirm_kept()
+                return
+        if at and decode_only:                    # the level's decode steps: its cost per
+            self.base.decode_steps.append(seconds)        # token, and the latency guard
+            self.base.decode_tok.append(seconds / max(1, n_sampled))
+        if full and at:
             self.base.full.append((n_sampled, seconds))
         settle, window = self.span
         if (limit > self.start and len(self.base.decode_steps) >= self.window
@@ -162,38 +192,77 @@ class BatchTuner:
         self.probes += 1
         self._event(level, "probe")
 
-    def _probing(self, n_sampled: int, seconds: float, decode_only: bool, full: bool) -> None:
+    def _probing(self, n_sampled: int, seconds: float, decode_only: bool, full: bool,
+                 sat: bool) -> None:
         p = self.probe
         if self.steps - self._probe_started > self.patience + sum(self.span):
             self._end_probe(keep=False, why="the batch did not fill")
             return
-        if not full:
-            return
-        self._settled += 1
         settle, window = self.span
+        self._settled += full
         if self._settled <= settle:               # the bigger batch filling and mixing
+            return
+        if sat:
+            p.mix.append((n_sampled, seconds))
+        if not full:
             return
         p.full.append((n_sampled, seconds))
         if decode_only:
             p.decode_steps.append(seconds)
+            p.decode_tok.append(seconds / max(1, n_sampled))
         if p.steps < window:
             return
         # confidently faster: the probe's time per token, plus Z standard errors of the
-        # difference, is still min_gain below the current level's
-        mb, sb = self.base.per_token(window)
-        mp, sp = p.per_token(window)
-        faster = mp + Z * math.hypot(sb, sp) <= mb * (1 - self.min_gain)
+        # difference, is still min_gain below the current level's. Where both levels have
+        # decode-only steps enough, their cost per token decides: a step's cost is set by its
+        # batch, while the steady mix's tokens/s also moves with where each block falls in
+        # the traffic's waves (equal-length generations admitted together decode together,
+        # so a block of steps is all prompts or all decoding) and needs many generations to
+        # settle. A prompt costs the same at any batch, so the level that decodes a token for
+        # less gives more tokens/s on any mix. That premise is checked on the mix itself: its
+        # time per token over the window (a point estimate: the waves make its error margin
+        # useless) may not be more than MIX_SLACK worse.
+        mixed = len(p.mix)
+        mb, sb = self.base.per_token(mixed)
+        mp, sp = p.per_token(mixed)
+        worse_mix = mp > mb * (1 + MIX_SLACK)
+        n_dec = min(len(self.base.decode_tok), len(p.decode_tok))
+        basis = "on the steady mix"
+        if n_dec >= max(2 * BLOCKS, window // 2):
+            mb, sb = self.base.decode_per_token(min(n_dec, window))
+            mp, sp = p.decode_per_token(min(n_dec, window))
+            basis = "per decode step"
+        faster = mp + Z * math.hypot(sb, sp) <= mb * (1 - self.min_gain) and not worse_mix
         within = not p.decode_steps or p.tpot_p95 <= self.tpot_limit
         self._end_probe(keep=faster and within,
-                        why=(f"{mb / mp:.3f}x the tokens/s of {self._probe_from}"
+                        why=(f"{mb / mp:.3f}x the tokens/s of {self._probe_from} {basis}"
+                             + (", worse on the steady mix" if worse_mix else "")
                              if mp > 0 and math.isfinite(mb) else "")
                         + ("" if within else f", p95 decode step {p.tpot_p95:.3f} s over "
                                              f"the limit"))
+
+    def _confirm_kept(self) -> None:
+        """A level kept on its decode steps, checked on its mix over CONFIRM generations
+        against the level it replaced (the short window at the probe's end sees less than a
+        wave of prompts): clearly worse, the batch goes back."""
+        prev_level, prev = self._confirm
+        self._confirm = None
+        mb = prev.per_token(len(prev.mix))[0]
+        mp = self.base.per_token(len(self.base.mix))[0]
+        if mp > mb * (1 + MIX_SLACK) and math.isfinite(mb):
+            limit = self.params.max_batch
+            self.params.max_batch = prev_level
+            self.refused[limit] = self.steps
+            self.reverted += 1
+            self._event(prev_level, f"back from {limit}: its mix gave {mb / mp:.3f}x the "
+                                    f"tokens/s of {prev_level}")
+            self.base = LevelStats()
 
     def _end_probe(self, keep: bool, why: str) -> None:
         p, self.probe = self.probe, None
         level = self.params.max_batch
         if keep:
+            self._confirm = (self._probe_from, self.base) if "decode step" in why else None
             self.base = p
             self.kept += 1
             self._event(level, f"kept: {why}")
@@ -205,6 +274,7 @@ class BatchTuner:
             self.base = LevelStats()              # measure the current level afresh
 
     def _step_down(self, why: str) -> None:
+        self._confirm = None
         limit = self.params.max_batch
         lower = max([lv for lv in self.levels if lv < limit], default=self.start)
         self.params.max_batch = lower

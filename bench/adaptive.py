@@ -1,7 +1,7 @@
 """Adaptive on vs off: one changing trace replayed twice against `reame serve`, same seed.
 
     python -m bench.adaptive [--model shape:mix | --gguf PATH] [--phase-seconds 300]
-                             [--phases chat,documents,agentic] [--rates 2,0.45,7]
+                             [--phases chat,documents,agentic] [--rates 2.5,0.45,5]
                              [--threads 2] [--window 30] [--restart] [--reame-args "..."]
                              [--json bench/results/adaptive.json] [--plot docs/img/adaptive.png]
                              [--markdown docs/benchmarks.md] [--quick]
@@ -15,7 +15,9 @@ model with 2 threads in every phase):
 - agentic: bursts (a burst of 2-6 requests at each Poisson arrival) sharing one ~600-token tool
   prefix plus a unique 10-30 token task, 32 output tokens.
 Requests are streamed /v1/completions (greedy, end-of-generation tokens banned), sent at their
-arrival time with no client-side cap, never retried. The server runs once with `--adaptive off`
+arrival time with no client-side cap, never retried; one not finished when its phase ends is
+abandoned (the client disconnects, the server cancels it: counted per phase), so a phase's
+backlog does not run into the next one (it hid the agentic phase of the first run). The server runs once with `--adaptive off`
 and once with `--adaptive on`, each with a fresh `--adaptive-dir` (nothing learned before);
 --restart adds a third run, adaptive on, started from the strategy the second run saved.
 
@@ -46,9 +48,9 @@ from bench.trace import (REPO, approx_tokens, complete, free_port, make_client, 
                          write_section)
 
 PHASES = {                     # name -> (default rate req/s, output tokens)
-    "chat": (2.0, 64),
+    "chat": (2.5, 64),
     "documents": (0.45, 24),
-    "agentic": (7.0, 32),
+    "agentic": (5.0, 32),
 }
 QUICK = dict(phase_seconds=20.0, window=5.0)
 
@@ -90,14 +92,26 @@ def make_trace(phases: list[str], rates: list[float], seconds: float, seed: int)
     return out
 
 
-async def replay(url: str, trace: list[dict], body: dict) -> list[dict]:
+async def replay(url: str, trace: list[dict], body: dict, seconds: float) -> list[dict]:
+    """Send every request at its time; one not finished when its phase ends is abandoned (its
+    client disconnects: the server cancels it), so that no phase's backlog runs into the
+    next one and each phase measures its own mix."""
     async with make_client() as client:
         t0 = time.perf_counter()
 
         async def one(req):
             await asyncio.sleep(max(0.0, t0 + req["at"] - time.perf_counter()))
-            rec = await complete(client, url, {**body, "prompt": req["prompt"],
-                                               "max_tokens": req["max_tokens"]}, t0)
+            sent = time.perf_counter()
+            end = t0 + (req["phase_index"] + 1) * seconds
+            try:
+                rec = await asyncio.wait_for(
+                    complete(client, url, {**body, "prompt": req["prompt"],
+                                           "max_tokens": req["max_tokens"]}, t0),
+                    timeout=max(0.001, end - sent))
+            except asyncio.TimeoutError:
+                rec = {"sent": sent - t0, "status": None, "outcome": "abandoned", "ttft": None,
+                       "latency": time.perf_counter() - sent, "prompt_tokens": None,
+                       "completion_tokens": None, "cached_tokens": None, "error": None}
             rec.pop("text", None)
             return {"i": req["i"], "at": req["at"], "phase": req["phase"],
                     "phase_index": req["phase_index"], **rec}
@@ -159,6 +173,7 @@ def summarize(records: list[dict], phases: list[str], seconds: float, window: fl
         per_phase.append({
             "phase": name, "requests": len(rec),
             "rejected": sum(r["outcome"].startswith("rejected") for r in rec),
+            "abandoned": sum(r["outcome"] == "abandoned" for r in rec),
             "failed": sum(r["outcome"] == "failed" for r in rec),
             "steady_tok_s": tok_s,
             "steady_tpot_p95": percentile([tpot(r) for r in steady], 95),
@@ -178,8 +193,8 @@ def _f(v, fmt=".2f"):
 def table(runs: list[dict]) -> str:
     base = runs[0]["summary"]
     lines = ["| run | phase | steady tok/s | vs off | p95 TPOT s | vs off | p95 latency s | "
-             "re-converged s | rejected |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "re-converged s | rejected | abandoned |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for run in runs:
         s = run["summary"]
         for p, b in zip(s["phases"], base["phases"]):
@@ -189,7 +204,7 @@ def table(runs: list[dict]) -> str:
             lines.append(f"| {run['label']} | {p['phase']} | {p['steady_tok_s']:.1f} | "
                          f"{_f(ratio)}x | {_f(p['steady_tpot_p95'], '.3f')} | {_f(tr)}x | "
                          f"{_f(p['steady_latency_p95'])} | {_f(p['reconverged_s'], '.0f')} | "
-                         f"{p['rejected']} |")
+                         f"{p['rejected']} | {p.get('abandoned', 0)} |")
     lines.append("")
     lines.append("| run | whole trace tok/s | vs off | first minute tok/s | vs off |")
     lines.append("|---|---|---|---|---|")
@@ -294,7 +309,7 @@ def main(argv=None) -> int:
             name = model_id(url)
             sbody = {**body, "model": name} if name else body
             warm_up(url, {**sbody, "max_tokens": 8})
-            records = asyncio.run(replay(url, trace, sbody))
+            records = asyncio.run(replay(url, trace, sbody, a.phase_seconds))
             report = fetch_report(url)
         s = summarize(records, a.phases, a.phase_seconds, a.window)
         runs.append({"label": label, "mode": mode, "summary": s, "report": report,

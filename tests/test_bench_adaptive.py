@@ -39,3 +39,34 @@ def test_steady_state_is_the_second_half_by_completion_time():
     assert a["steady_tpot_p95"] == tpot(rs[0]) == (5.0 - 0.1) / 9
     text = table([{"label": "adaptive off", "summary": s}, {"label": "adaptive on", "summary": s}])
     assert "| adaptive on | agentic | 30.0 | 1.00x |" in text
+
+
+def test_a_request_unfinished_when_its_phase_ends_is_abandoned(monkeypatch):
+    # catches: a replay whose backlog of one phase runs into the next (the first bench run's
+    # documents backlog hid its agentic phase), and one that abandons requests of the phase
+    # that is still running
+    import asyncio
+    import bench.adaptive as ba
+    done = []
+
+    async def fake_complete(client, url, body, t0):
+        try:
+            await asyncio.sleep(body["max_tokens"] / 10)
+        except asyncio.CancelledError:
+            done.append(("cancelled", body["prompt"]))
+            raise
+        return {"sent": 0.0, "status": 200, "outcome": "ok", "ttft": 0.01, "latency": 0.1,
+                "completion_tokens": body["max_tokens"], "text": ""}
+    monkeypatch.setattr(ba, "complete", fake_complete)
+    trace = [{"i": 0, "at": 0.0, "phase": "chat", "phase_index": 0, "prompt": "slow",
+              "max_tokens": 5},                                   # 0.5 s, its phase 0.3 s
+             {"i": 1, "at": 0.05, "phase": "chat", "phase_index": 0, "prompt": "quick",
+              "max_tokens": 1},
+             {"i": 2, "at": 0.35, "phase": "chat", "phase_index": 1, "prompt": "next",
+              "max_tokens": 1}]
+    out = asyncio.run(ba.replay("http://unused", trace, {}, 0.3))
+    assert [r["outcome"] for r in out] == ["abandoned", "ok", "ok"]
+    assert done == [("cancelled", "slow")]
+    assert 0.25 < out[0]["latency"] < 0.45
+    s = summarize(out, ["chat", "chat"], 0.3, 0.1)
+    assert s["phases"][0]["abandoned"] == 1 and s["phases"][1]["abandoned"] == 0

@@ -116,8 +116,13 @@ def _measure_hz(cycles_addr: int, seconds: float = 0.05) -> float:
 class NativePool:
     """`nth` threads (the caller's plus nth-1 workers) that run programs step by step."""
 
-    def __init__(self, nth: int | None = None, isa: ISA | None = None, spin: int = SPIN):
+    def __init__(self, nth: int | None = None, isa: ISA | None = None, spin: int = SPIN,
+                 cpus: list[int] | None = None):
+        """`cpus`: thread i runs on cpus[i] only (the thread calling run() on cpus[0], pinned
+        at its first step); None: threads float (the OS places them)."""
         self.nth = max(1, nth or default_threads())
+        self.cpus = list(cpus) if cpus else None
+        self._pinned_callers: set[int] = set()
         rt = _runtime(isa or detect("generic"))
         vp, i32 = ctypes.c_void_p, ctypes.c_int32
         self._launch = ctypes.CFUNCTYPE(None, vp, vp, i32)(rt["launch"])
@@ -126,17 +131,28 @@ class NativePool:
         self.ctl = aligned_zeros(CTL_WORDS)
         self.ctl[27] = spin
         self._ctl_ptr = self.ctl.ctypes.data
-        self._threads = [threading.Thread(target=self._worker, args=(self._ctl_ptr, i),
+        self._threads = [threading.Thread(target=self._work, args=(i,),
                                           name=f"reame-worker-{i}", daemon=True)
                          for i in range(1, self.nth)]
         for t in self._threads:
             t.start()
         self._closed = False
 
+    def _cpu(self, i: int) -> int:
+        return self.cpus[i % len(self.cpus)]
+
+    def _work(self, i: int) -> None:
+        if self.cpus:
+            os.sched_setaffinity(0, {self._cpu(i)})      # this thread only (Linux)
+        self._worker(self._ctl_ptr, i)
+
     def run(self, program: np.ndarray, nth: int | None = None) -> None:
         """Run one step of `program` on the pool (blocks until every thread is done)."""
         if self._closed:
             raise RuntimeError("thread pool is closed")
+        if self.cpus and threading.get_ident() not in self._pinned_callers:
+            os.sched_setaffinity(0, {self._cpu(0)})
+            self._pinned_callers.add(threading.get_ident())
         self._launch(self._ctl_ptr, program.ctypes.data, min(nth or self.nth, self.nth))
 
     def close(self) -> None:

@@ -21,8 +21,8 @@ DEFAULT_ACT_TYPE = {"jit": "q8", "reference": "f32"}
 def create_engine(model, name: str = DEFAULT_ENGINE, *, n_ctx: int | None = None,
                   max_seqs: int = 4, kv_type: str = "f32", threads: int | None = None,
                   act_type: str | None = None, block_size: int = DEFAULT_BLOCK_SIZE,
-                  kv_blocks: int | None = None):
-    """An engine over a loaded model. n_ctx (context per sequence) defaults to min(trained
+                  kv_blocks: int | None = None, cpus: list[int] | None = None):
+    """An engine over a loaded model (`cpus`: the JIT's compute thread i pinned to cpus[i]). n_ctx (context per sequence) defaults to min(trained
     context, 4096); act_type (one of ACT_TYPES) to the engine's DEFAULT_ACT_TYPE; the KV pool
     to kv_blocks blocks of block_size positions (default: n_ctx for each of max_seqs slots)."""
     if name not in ENGINES:
@@ -44,7 +44,8 @@ def create_engine(model, name: str = DEFAULT_ENGINE, *, n_ctx: int | None = None
                                block_size=block_size, kv_blocks=kv_blocks)
     from .jit.engine import JITEngine
     return JITEngine(model, n_ctx=n_ctx, max_seqs=max_seqs, kv_dtype=kv_type, threads=threads,
-                     int_dot=act_type == "q8", block_size=block_size, kv_blocks=kv_blocks)
+                     int_dot=act_type == "q8", block_size=block_size, kv_blocks=kv_blocks,
+                     cpus=cpus)
 
 
 KV_MEMORY_SHARE = 0.25      # of the available memory, at most, for the default KV pool

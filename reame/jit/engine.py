@@ -46,7 +46,8 @@ class JITEngine:
                  isa=None, int_dot: bool = True, max_logits: int | None = None,
                  q8k_min_tokens: int | None = Q8K_MIN_TOKENS,
                  block_size: int = DEFAULT_BLOCK_SIZE, kv_blocks: int | None = None,
-                 row_panels: bool = True):
+                 row_panels: bool = True, cpus: list[int] | None = None):
+        """`cpus`: pin compute thread i to cpus[i] (reame/topology.py); None: threads float."""
         self.model, self.config = model, model.config
         c = self.config
         self.isa = isa or detect()
@@ -70,7 +71,7 @@ class JITEngine:
             # the reference engine's act_quant oracle emulates)
             raise ValueError(f"q8k_min_tokens={self.q8k_min_tokens}: must be None, 1 or one more "
                              f"than a bucket size {self.buckets}")
-        self.pool = NativePool(threads or auto_threads(model), self.isa)
+        self.pool = NativePool(threads or auto_threads(model), self.isa, cpus=cpus)
         self.threads = self.pool.nth
         self.table = DispatchTable()
         self.kernels: dict = {}

@@ -23,8 +23,13 @@ def add_serve_command(subparsers) -> None:
                    "hf://org/repo/FILE.gguf (downloaded with the 'hub' extra)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
     p.add_argument("--port", type=int, default=8000, help="port to listen on (default: %(default)s)")
-    p.add_argument("--workers", type=int, default=1,
-                   help="worker processes, each holding a model replica (default: %(default)s)")
+    p.add_argument("--workers", type=int, default=None,
+                   help="worker processes, each holding a model replica (default: one per NUMA "
+                        "node with --pin auto, else 1)")
+    p.add_argument("--pin", choices=("auto", "cores", "off"), default=None,
+                   help="auto: with several NUMA nodes, bind each worker to a node and its "
+                        "threads to physical cores; cores: also on one node; off: the OS places "
+                        "threads (default: $REAME_PIN or auto)")
     p.add_argument("--http-threads", type=int, default=None,
                    help="HTTP threads per worker (default: max(16, max-seqs + queue-size + 8))")
     p.add_argument("--api-key", default=None,
@@ -99,6 +104,12 @@ def cmd_serve(args) -> int:
     from .config import ServerConfig
     from .gunicorn_app import run
 
+    pin = args.pin or os.environ.get("REAME_PIN") or "auto"
+    from ..topology import Topology
+    nodes = len(Topology.read().nodes)
+    bound = pin == "cores" or (pin == "auto" and nodes > 1)    # workers get pools of CPUs
+    if args.workers is None:
+        args.workers = nodes if pin == "auto" else 1
     if args.workers < 1:
         raise ReameError("--workers must be >= 1")
     if not 0 < args.port < 65536:
@@ -109,8 +120,8 @@ def cmd_serve(args) -> int:
     if args.chat_template_file and not os.path.isfile(args.chat_template_file):
         raise ReameError(f"{args.chat_template_file}: no such chat template file")
     threads = args.threads
-    if threads is None and args.workers > 1:     # share the cores between the replicas
-        threads = max(1, len(os.sched_getaffinity(0)) // args.workers)
+    if threads is None and args.workers > 1 and not bound:    # share the cores (bound
+        threads = max(1, len(os.sched_getaffinity(0)) // args.workers)   # workers: their pool's)
     config = ServerConfig.from_env(
         model=os.path.abspath(args.model), engine=args.engine, threads=threads,
         ctx_size=args.ctx_size, kv_type=args.kv_type, act_type=args.act_type,
@@ -122,7 +133,7 @@ def cmd_serve(args) -> int:
         body_timeout=args.body_timeout, send_timeout=args.send_timeout, pooling=args.pooling,
         reasoning_format=args.reasoning_format, adaptive=args.adaptive,
         adaptive_dir=args.adaptive_dir, adaptive_boot=args.adaptive_boot,
-        adaptive_report=args.adaptive_report, tpot_limit=args.tpot_limit)
+        adaptive_report=args.adaptive_report, tpot_limit=args.tpot_limit, pin=pin)
     run(config, host=args.host, port=args.port, workers=args.workers,
         http_threads=args.http_threads, log_level=args.log_level, access_log=args.access_log)
     return 0

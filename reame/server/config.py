@@ -46,6 +46,10 @@ class ServerConfig:
     adaptive_boot: float = 10.0         # seconds of start-up micro-benchmark (0: none)
     adaptive_report: float = 300.0      # seconds between adaptive report log lines (0: none)
     tpot_limit: float = 0.25            # the p95 decode step the batch tuner may grow up to (s)
+    # where compute threads run (reame/topology.py): auto binds each worker to a NUMA node and
+    # its threads to physical cores when there are several nodes; cores does so on one node
+    # too; off lets the OS place them
+    pin: str = "auto"
 
     ENV = {  # field -> environment variable
         "model": "REAME_MODEL", "engine": "REAME_ENGINE", "threads": "REAME_THREADS",
@@ -61,7 +65,7 @@ class ServerConfig:
         "pooling": "REAME_POOLING", "reasoning_format": "REAME_REASONING_FORMAT",
         "adaptive": "REAME_ADAPTIVE", "adaptive_dir": "REAME_ADAPTIVE_DIR",
         "adaptive_boot": "REAME_ADAPTIVE_BOOT", "adaptive_report": "REAME_ADAPTIVE_REPORT",
-        "tpot_limit": "REAME_TPOT_LIMIT",
+        "tpot_limit": "REAME_TPOT_LIMIT", "pin": "REAME_PIN",
     }
 
     @classmethod
@@ -95,6 +99,24 @@ class ServerConfig:
             return self.max_seqs, self.max_seqs
         return DEFAULT_BATCH, AUTO_SLOTS
 
+    def placement(self, topo=None) -> list[int] | None:
+        """The CPUs this worker's engine runs on (its threads pinned in this order), or None
+        (the OS places them). With several NUMA nodes (or pin=cores), the workers take one
+        pool each of Topology.pools(workers), claimed by lock files next to the metrics."""
+        if self.pin == "off":
+            return None
+        from ..topology import Topology, claim_slot
+        topo = topo or Topology.read()
+        if len(topo.nodes) < 2 and self.pin != "cores":
+            return None
+        pools = topo.pools(self.workers)
+        if self.workers == 1:
+            return pools[0]
+        import tempfile
+        where = os.path.join(self.metrics_dir or tempfile.gettempdir(), "reame-pools")
+        i = claim_slot(where, self.workers)
+        return None if i is None else pools[i]
+
     def check(self) -> None:
         if self.max_seqs is not None and self.max_seqs < 1:
             raise ReameError("max_seqs must be >= 1")
@@ -116,6 +138,8 @@ class ServerConfig:
             raise ReameError("send_timeout must be >= 0")
         if self.max_connections < 1:
             raise ReameError("max_connections must be >= 1")
+        if self.pin not in ("auto", "cores", "off"):
+            raise ReameError("pin must be auto, cores or off")
         if self.pooling not in (None, "mean", "last"):
             raise ReameError("pooling must be mean or last")
         if self.reasoning_format not in ("auto", "none"):

@@ -401,6 +401,13 @@ def engine_factory(config: ServerConfig) -> Callable[[], object]:
         from ..model import load_model
         if not config.model:
             raise ReameError("no model: pass MODEL.gguf to `reame serve` or set REAME_MODEL")
+        cpus, threads = config.placement(), config.threads
+        if cpus:                         # before the weights are read: their pages on our node
+            from ..topology import Topology, bind_process
+            bind_process(cpus)
+            threads = threads or Topology.read(allowed=set(cpus)).physical_cores(cpus)
+            log.info("bound to CPUs %s (--pin %s): %d compute threads, one per core",
+                     ",".join(map(str, sorted(cpus))), config.pin, threads)
         model = load_model(config.model)
         c = model.config
         n_ctx = config.ctx_size or min(c.n_ctx_train, DEFAULT_MAX_CTX)
@@ -411,8 +418,8 @@ def engine_factory(config: ServerConfig) -> Callable[[], object]:
                                   config.kv_cache_mb, config.workers)
         engine = create_engine(model, config.engine or DEFAULT_ENGINE, n_ctx=n_ctx,
                                max_seqs=slots, kv_type=config.kv_type,
-                               threads=config.threads, act_type=config.act_type,
-                               block_size=config.block_size, kv_blocks=blocks)
+                               threads=threads, act_type=config.act_type,
+                               block_size=config.block_size, kv_blocks=blocks, cpus=cpus)
         kv = engine.kv
         log.info("KV cache: %.0f MiB, %d blocks of %d positions (%d tokens, %s)%s; context %d "
                  "per sequence, %s sequences at once", blocks * kv.block_bytes / 2**20,

@@ -62,6 +62,7 @@ def test_placement_binds_only_where_there_are_several_nodes(tmp_path):
     two = Topology.read(fake_sysfs(tmp_path / "a", TWO_NODES), allowed=set(range(16)))
     one = Topology.read(fake_sysfs(tmp_path / "b", {0: "0-7"}), allowed=set(range(8)))
     assert ServerConfig(pin="auto").placement(one) is None
+    assert ServerConfig().placement(two) is None          # reame.wsgi:app: REAME_PIN decides
     assert ServerConfig(pin="off").placement(two) is None
     assert ServerConfig(pin="cores").placement(one) == list(range(8))
     cfgs = [ServerConfig(pin="auto", workers=2, metrics_dir=str(tmp_path / "m")) for _ in "ab"]

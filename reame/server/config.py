@@ -48,8 +48,10 @@ class ServerConfig:
     tpot_limit: float = 0.25            # the p95 decode step the batch tuner may grow up to (s)
     # where compute threads run (reame/topology.py): auto binds each worker to a NUMA node and
     # its threads to physical cores when there are several nodes; cores does so on one node
-    # too; off lets the OS place them
-    pin: str = "auto"
+    # too; off lets the OS place them. `reame serve` defaults to auto; under a gunicorn you run
+    # yourself (reame.wsgi:app, which does not know how many workers there are) only REAME_PIN
+    # turns it on
+    pin: str = "off"
 
     ENV = {  # field -> environment variable
         "model": "REAME_MODEL", "engine": "REAME_ENGINE", "threads": "REAME_THREADS",

@@ -380,3 +380,136 @@ def test_window_dims_absent_render_unchanged():
         start = "phi i64 [ %tileB.b0, %tileB.blocks ]" if name == "attn_prefill" else \
             "phi i64 [ %b0, %blocks ]"
         assert start in win and start not in plain
+
+
+# ---- attn_prefill family amx: AMX-BF16 tiles, reduced precision (dtype BF16, opt-in) ----
+
+def _amx_missing() -> str | None:
+    """Why the amx family cannot run here (None: it can)."""
+    from reame.codegen.ops.matmul_q8k import amx_permitted
+    isa = detect()
+    if isa.arch != "x86_64":
+        return f"attn_prefill amx needs x86-64 AMX-BF16 (this is {isa.arch})"
+    if not isa.has("amx"):
+        return f"attn_prefill amx needs AMX-BF16 (ISA level amx; this CPU: {isa.level})"
+    if not amx_permitted():
+        return "attn_prefill amx: the OS does not grant AMX tile data (arch_prctl)"
+    return None
+
+
+def _amx_params():
+    """Every amx tile on every shape, layout and cache type (only the native level has it)."""
+    why = _amx_missing()
+    if why:
+        return [pytest.param(None, id="amx-absent", marks=pytest.mark.skip(reason=why))]
+    op = get_op("attn_prefill")
+    isa = detect()
+    out = []
+    for H, Hkv, D, Dv, kv0 in SHAPES:
+        for kv in ("f32", "f16"):
+            for C, BS in LAYOUTS:
+                dims = dict(H=H, Hkv=Hkv, D=D, Dv=Dv, C=C, BS=BS, kv=kv, scale=1 / math.sqrt(D))
+                for spec in op.specs("BF16", isa, **dims):
+                    out.append(pytest.param(spec, id=f"amx[mb={spec.p['mb']},bk={spec.p['bk']}]-"
+                                            f"H{H}/{Hkv}-D{D}/{Dv}-{kv}-BS{BS}"))
+    return out
+
+
+def _run_bf16(kernel, case, nth, what):
+    """The amx kernel against bf16_reference (its own roundings: BF16_TIGHT plus the slack of
+    the P at bf16 rounding ties) and against the float64 reference (BF16_VS_F64)."""
+    from reame.codegen.ops import attn_prefill as ap
+    from reame.codegen.ops.kv_layout import contiguous
+    spec, b = kernel.spec, case.buffers
+    kc, vc = (contiguous(b[x], b["bt"], spec.p["BS"]) for x in ("kc", "vc"))
+    want, slack = ap.bf16_reference(b["q"], kc, vc, b["pos"], b["seq"], spec.p["scale"],
+                                    spec.p["bk"], slack=True)
+    f64 = case_reference(spec, case)["out"]
+    b["out"][:] = np.nan
+    kernel.run_threads(case.args, nth)
+    got = b["out"]
+    assert np.all(np.isfinite(got)), f"{what}: rows left unwritten"
+    rt, at = ap.BF16_TIGHT
+    vr, va = ap.BF16_VS_F64
+    for name, e, ref in (("bf16_reference", np.abs(got - want) / (at + rt * np.abs(want) + slack),
+                          want),
+                         ("the float64 reference", np.abs(got - f64) / (va + vr * np.abs(f64)),
+                          f64)):
+        worst = np.unravel_index(np.argmax(e), e.shape)
+        assert e.max() <= 1.0, (f"{what}: out{list(worst)} = {got[worst]!r}, {name} "
+                                f"{ref[worst]!r} ({e.max():.3g} x tolerance)")
+
+
+@pytest.mark.parametrize("spec", _amx_params())
+def test_attn_prefill_amx(spec):
+    """Every amx tile x shape (GQA 1/2/7, D 8..128, D != Dv) x layout (contiguous, paged
+    32/64; 16-position blocks are refused: bk is 32 or 64) x f32/f16 cache, on the prefill
+    batches of test_attn_prefill (chunks from 0 and after cached positions, a mixed batch of
+    decode tokens and chunks, one token), 1-3 threads."""
+    k = build(spec, detect())
+    rng = np.random.default_rng(11)
+    for b, (pos, seq) in enumerate(_prefill_batches(rng, spec.p["C"])):
+        case = make_attention_case(get_op("attn_prefill"), spec, rng, len(pos), positions=pos,
+                                   seq_ids=seq)
+        for nth in (1, 2, 3):
+            _run_bf16(k, case, nth, f"{spec.label()} batch {b} nth={nth}")
+
+
+@pytest.mark.parametrize("BS", (0, 64))
+@pytest.mark.parametrize("kv", ("f16", "f32"))
+def test_attn_prefill_amx_long_context(kv, BS):
+    """Many key tiles (the running max grows, then mostly not: the skipped rescale), the last
+    partial; 100 tokens after 900 cached and one lone token (its own 1-block tile)."""
+    why = _amx_missing()
+    if why:
+        pytest.skip(why)
+    op = get_op("attn_prefill")
+    isa = detect()
+    C = 1024 if BS else 1000
+    pos, seq = list(range(900, 1000)) + [4], [0] * 100 + [1]
+    for spec in op.specs("BF16", isa, H=14, Hkv=2, D=64, Dv=64, C=C, BS=BS, kv=kv, scale=0.125):
+        k = build(spec, isa)
+        rng = np.random.default_rng(12)
+        case = make_attention_case(op, spec, rng, len(pos), positions=pos, seq_ids=seq)
+        for nth in (1, 2):
+            _run_bf16(k, case, nth, f"{spec.label()} nth={nth}")
+
+
+def test_attn_prefill_amx_refuses():
+    """The amx family is dtype BF16 only (the f32 specs never include it), and refuses what it
+    does not implement, so those layers keep the f32 kernels: sliding windows, soft-capping,
+    16-position KV blocks (bk is 32 or 64), G > 16 mb query heads per kv head."""
+    why = _amx_missing()
+    if why:
+        pytest.skip(why)
+    op = get_op("attn_prefill")
+    isa = detect()
+    dims = dict(H=8, Hkv=2, D=64, Dv=64, C=256, BS=64, kv="f32", scale=0.125)
+    assert op.specs("BF16", isa, **dims)
+    assert all(s.family != "amx" for s in op.specs("F32", isa, **dims))
+    assert not op.specs("BF16", isa, **{**dims, "swa": 32})
+    assert not op.specs("BF16", isa, **{**dims, "softcap": 30.0})
+    assert not op.specs("BF16", isa, **{**dims, "BS": 16})
+    assert {s.p["mb"] for s in op.specs("BF16", isa, **{**dims, "H": 96, "Hkv": 2})} == {4}
+
+
+def test_bf16_reference_rounds():
+    """bf16_round rounds to nearest, ties to even; bf16_reference with exact bf16 inputs and one
+    key tile is float64 attention with P rounded."""
+    from reame.codegen.ops.attn_prefill import bf16_reference, bf16_round
+    x = np.array([1.0, 1 + 2**-8, 1 + 2**-7 + 2**-8, 1 + 2**-9, -3.0, 1 + 3 * 2**-9],
+                 np.float32)
+    np.testing.assert_array_equal(bf16_round(x), [1.0, 1.0, 1 + 2**-6, 1.0, -3.0, 1 + 2**-7])
+    rng = np.random.default_rng(5)
+    q = bf16_round(rng.standard_normal((2, 2, 8)))
+    kc = bf16_round(rng.standard_normal((1, 1, 8, 8)))
+    vc = bf16_round(rng.standard_normal((1, 1, 8, 8)))
+    pos, seq = np.array([3, 7]), np.array([0, 0])
+    got = bf16_reference(q, kc, vc, pos, seq, 1.0, 64)
+    for i in range(2):
+        for h in range(2):
+            s = kc[0, 0, :pos[i] + 1].astype(np.float64) @ q[i, h]
+            p = np.exp(s - s.max())
+            pb = bf16_round(p.astype(np.float32)).astype(np.float64)
+            np.testing.assert_allclose(got[i, h], pb @ vc[0, 0, :pos[i] + 1] / p.sum(),
+                                       rtol=1e-12)

@@ -27,14 +27,34 @@ rb=32 5.8 ms, rb=16 6.1 ms, rb=8/bk=64 16.2 ms (M = 16 rows: one vector per micr
 Stack: 4 * MP * (D + Dv + bk + 4) + 4 * bk * (D + Dv) bytes, MP = rb*G rounded up to vl
 (~290 KB for rb=32, G=7, D=128): run it on threads with the default 8 MB stacks.
 Tolerance: as attn_decode (rtol 2e-5, atol 2e-5).
+
+Family `amx` (level amx, dtype "BF16": the attention precision, opt-in through the engine's
+`attn_type="bf16"`, reame/jit/select.py `attn_prefill_spec`; docs/kernels-attention.md): the same
+args, dims, layouts, runs and threading, with Q.K^T and P.V on AMX-BF16 tiles (tdpbf16ps) and
+the online softmax in f32. q (scaled), k and v are rounded to bf16 (k and v once per key tile,
+for all the tile's query rows), scores, running max and sums in f32, the softmax weights P
+rounded to bf16 for P.V, the output accumulated in f32. A query tile is a run of up to
+16 mb / G tokens x G heads (rows in the 16 lanes of a C tile, mb blocks of 16 rows; a run of R
+tokens uses ceil(R G / 16) of them); key tiles of bk keys (32 or 64), aligned at multiples of bk.
+Refuses (`fits`) sliding windows and soft-capping (those layers keep the f32 kernels), odd D,
+G > 16 mb, and paged blocks that bk does not divide. `bf16_reference` is the kernel's
+arithmetic in float64: the same roundings to bf16, the same key tiles of the online softmax;
+the kernel agrees with it to BF16_TIGHT (the f32 kernels' tolerance) plus, where a P lies at a
+bf16 rounding tie and may round the other way, that P's ulp (bf16_reference(slack=True)), and
+with the float64 reference of the f32 families to BF16_VS_F64 (the bf16 roundings: ~2^-9
+relative per value).
 """
 
 from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from .attn_decode import case_reference, key_block_fits, make_attention_case, tolerance
 from .base import Op, Variant
+from .kv_layout import contiguous
+from .matmul_q8k import AmxVariant
 
 
 def _case(spec, rng, n):
@@ -54,6 +74,99 @@ def _case(spec, rng, n):
     return make_attention_case(OP, spec, rng, n, positions=pos, seq_ids=seq)
 
 
+def bf16_round(x) -> np.ndarray:
+    """float32 values rounded to the nearest bfloat16 (ties to even), as float32: what
+    vcvtneps2bf16 (LLVM's fptrunc to bfloat) does to finite values."""
+    b = np.ascontiguousarray(x, np.float32).view(np.uint32).astype(np.uint64)
+    r = ((b + 0x7FFF + ((b >> 16) & 1)) >> 16) << 16
+    return r.astype(np.uint32).view(np.float32)
+
+
+def bf16_reference(q, kc, vc, pos, seq, scale, bk, slack=False):
+    """The amx family's arithmetic in float64 over a contiguous cache: bf16(f32(q) * f32(scale)),
+    bf16 keys and values, scores in float64, an online softmax over key tiles of bk keys
+    aligned at 0 (running max m, P = e^(s - m') rounded through f32 to bf16 for P.V, the sum l of
+    the unrounded P), out = O / l.
+    slack=True also returns, per output, the most a P at a bf16 rounding tie could move it: the
+    kernel's P (float32 sums and exp, ~1e-6 relative off ours) may round the other way where ours
+    lies within TIE_ULPS float32 ulps of a tie; each such P adds its bf16 ulp x |v| / l."""
+    n, H, _ = q.shape
+    G = H // kc.shape[1]
+    qb = bf16_round(q.astype(np.float32) * np.float32(scale)).astype(np.float64)
+    out = np.zeros((n, H, vc.shape[-1]))
+    amb = np.zeros_like(out)
+    for i in range(n):
+        keys = bf16_round(kc[seq[i], :, :pos[i] + 1]).astype(np.float64)   # [Hkv, T, D]
+        vals = bf16_round(vc[seq[i], :, :pos[i] + 1]).astype(np.float64)
+        s = np.einsum("hgd,htd->hgt", qb[i].reshape(-1, G, qb.shape[-1]), keys)  # [Hkv, G, T]
+        m = np.full(s.shape[:2], -np.inf)
+        lsum = np.zeros(s.shape[:2])
+        o = np.zeros(s.shape[:2] + (vals.shape[-1],))
+        a = np.zeros_like(o)
+        for t0 in range(0, pos[i] + 1, bk):
+            sb = s[:, :, t0:t0 + bk]
+            mn = np.maximum(m, sb.max(axis=2))
+            corr = np.exp(m - mn)
+            p = np.exp(sb - mn[:, :, None])
+            lsum = lsum * corr + p.sum(axis=2)
+            p32 = p.astype(np.float32)
+            pb = bf16_round(p32).astype(np.float64)
+            o = o * corr[:, :, None] + np.einsum("hgt,htd->hgd", pb, vals[:, t0:t0 + bk])
+            if slack:
+                bits = p32.view(np.uint32)
+                tie = np.abs((bits & 0xFFFF).astype(np.int64) - 0x8000) <= TIE_ULPS
+                ulp = (bits & 0x7F800000).view(np.float32).astype(np.float64) * 2.0**-7
+                a = a * corr[:, :, None] + np.einsum("hgt,htd->hgd", np.where(tie, ulp, 0.0),
+                                                     np.abs(vals[:, t0:t0 + bk]))
+            m = mn
+        out[i] = (o / lsum[:, :, None]).reshape(H, -1)
+        amb[i] = (a / lsum[:, :, None]).reshape(H, -1)
+    return (out, amb) if slack else out
+
+
+TIE_ULPS = 128      # float32 ulps (2^-16 relative) around a bf16 rounding tie: either way
+
+
+def _reference(spec, case):
+    """The f32 families: float64 attention; the amx family (dtype BF16): bf16_reference."""
+    if spec.dtype != "BF16":
+        return case_reference(spec, case)
+    b = case.buffers
+    kc, vc = (contiguous(b[x], b["bt"], spec.p["BS"]) for x in ("kc", "vc"))
+    return {"out": bf16_reference(b["q"], kc, vc, b["pos"], b["seq"], spec.p["scale"],
+                                  spec.p["bk"])}
+
+
+# amx (dtype BF16) against bf16_reference (tests/test_kernels_attention.py): within BF16_TIGHT
+# (the f32 kernels' tolerance: float32 sums of the scores and of P, exp's ulp) plus the slack of
+# the P at bf16 rounding ties (bf16_reference(slack=True)); measured: the median element 2e-8
+# off, 99% < 3e-7. Without the slack (Op.check, one tolerance): a P that rounds the other way
+# moves an output by up to 2^-8 (p / l) |v|, measured worst 3e-3: BF16_TOLERANCE.
+BF16_TIGHT = (2e-5, 2e-5)
+BF16_TOLERANCE = (4e-3, 4e-3)
+# amx against the float64 reference of the f32 families (data of unit size, q ~ 2 N(0, 1)): the
+# bf16 roundings of q and k (scores off by ~|s| 2^-8) and of v and P (~2^-9 each); measured
+# worst 1.9e-2
+BF16_VS_F64 = (3e-2, 3e-2)
+
+
+def _tolerance(dtype):
+    return BF16_TOLERANCE if dtype == "BF16" else tolerance(dtype)
+
+
+def _fits(tile, dims):
+    """Paged caches need key tiles that divide the KV block; the amx tiles (key "mb") also need
+    no window or cap, an even D and G = H / Hkv <= 16 mb query rows."""
+    if "mb" in tile and (dims.get("swa") or dims.get("softcap") or dims.get("D", 0) % 2
+                         or dims.get("H", 1) // dims.get("Hkv", 1) > 16 * tile["mb"]):
+        return False
+    return key_block_fits(tile, dims)
+
+
+AMX = ("AMX-BF16, reduced precision (dtype BF16, opt-in): Q.K^T and P.V on tdpbf16ps, q/k/v/P "
+       "rounded to bf16, online softmax in f32; mb = blocks of 16 query rows per tile, bk = keys "
+       "per key tile")
+
 SIMD = "tuned: FMA micro-tiles sized to the register file, vcvtph2ps, exp with vscalefps"
 
 OP = Op(
@@ -70,13 +183,15 @@ OP = Op(
         Variant("simd", "avx512", ("F32",), ({"vl": 16, "rb": 16, "bk": 32, "nmv": 4},
                                              {"vl": 16, "rb": 32, "bk": 32, "nmv": 4},
                                              {"vl": 16, "rb": 32, "bk": 16, "nmv": 4}), SIMD),
+        AmxVariant("amx", "amx", ("BF16",), ({"mb": 4, "bk": 64}, {"mb": 4, "bk": 32},
+                                             {"mb": 2, "bk": 64}), AMX),
     ),
     make_case=_case,
-    reference=case_reference,
-    tolerance=tolerance,
+    reference=_reference,
+    tolerance=_tolerance,
     example_dims={"H": 14, "Hkv": 2, "D": 64, "Dv": 64, "C": 4096, "BS": 32, "kv": "f32",
                   "scale": 1 / math.sqrt(64)},
     doc="prefill attention: causal, tiled (rb tokens x G heads vs bk keys), GQA, online "
         "softmax, paged or contiguous cache",
-    fits=key_block_fits,
+    fits=_fits,
 )

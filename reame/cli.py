@@ -95,7 +95,8 @@ def cmd_generate(args) -> int:
     else:
         prompt_ids = tok.encode(args.prompt, add_special=True, parse_special=args.special)
     engine = create_engine(model, args.engine, n_ctx=args.ctx_size, max_seqs=1,
-                           kv_type=args.kv_type, threads=args.threads, act_type=args.act_type)
+                           kv_type=args.kv_type, threads=args.threads, act_type=args.act_type,
+                           attn_type=args.attn_type)
     gen = Generation(tok, prompt_ids, params, max_tokens=args.max_tokens, stop=args.stop or [],
                      n_ctx=engine.n_ctx, ignore_eos=args.ignore_eos)
     out = sys.stdout
@@ -123,7 +124,7 @@ def cmd_generate(args) -> int:
 
 
 def add_engine_args(p: argparse.ArgumentParser) -> None:
-    from .engines import ACT_TYPES, DEFAULT_ENGINE, ENGINES
+    from .engines import ACT_TYPES, ATTN_TYPES, DEFAULT_ENGINE, ENGINES
     p.add_argument("--engine", choices=ENGINES, default=DEFAULT_ENGINE,
                    help=f"forward-pass engine (default: {DEFAULT_ENGINE})")
     p.add_argument("--threads", type=int, default=None,
@@ -135,6 +136,10 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
                    help="activations of quantised-weight products: q8 = 8-bit integer dot "
                         "products as llama.cpp (fastest), f32 = float activations, matching the "
                         "f32 reference (slower) (default: q8 for jit, f32 for reference)")
+    p.add_argument("--attn-type", choices=ATTN_TYPES, default=None,
+                   help="attention precision of prompt chunks: f32, or bf16 = AMX-BF16 tiles "
+                        "(q, k, v and softmax weights rounded to bf16; faster at long contexts; "
+                        "jit engine, CPUs with AMX, else f32 with a warning) (default: f32)")
     p.add_argument("--isa", default=None, metavar="LEVEL",
                    help="build kernels for a lower ISA level (generic, avx2, avx512, ...; "
                         "default: this CPU's highest, or $REAME_ISA)")

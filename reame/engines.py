@@ -16,20 +16,36 @@ DEFAULT_ENGINE = "jit"
 # the f32 reference engine (its default) at the cost of speed. See docs/engine.md.
 ACT_TYPES = ("q8", "f32")
 DEFAULT_ACT_TYPE = {"jit": "q8", "reference": "f32"}
+# Attention precision of prompt-chunk programs (`--attn-type`): "f32" everywhere (the default),
+# or "bf16": the JIT's prompt chunks run attn_prefill's AMX-BF16 family (q, k, v and the softmax
+# weights rounded to bf16, sums in f32: docs/kernels-attention.md) where the CPU has AMX; without
+# AMX the engine logs a warning and keeps f32. Decode steps and windowed / soft-capped layers
+# stay f32. Chosen in one place: reame/jit/select.py attn_prefill_spec.
+ATTN_TYPES = ("f32", "bf16")
+DEFAULT_ATTN_TYPE = "f32"
 
 
 def create_engine(model, name: str = DEFAULT_ENGINE, *, n_ctx: int | None = None,
                   max_seqs: int = 4, kv_type: str = "f32", threads: int | None = None,
                   act_type: str | None = None, block_size: int = DEFAULT_BLOCK_SIZE,
-                  kv_blocks: int | None = None, cpus: list[int] | None = None):
+                  kv_blocks: int | None = None, cpus: list[int] | None = None,
+                  attn_type: str | None = None):
     """An engine over a loaded model (`cpus`: the JIT's compute thread i pinned to cpus[i]). n_ctx (context per sequence) defaults to min(trained
-    context, 4096); act_type (one of ACT_TYPES) to the engine's DEFAULT_ACT_TYPE; the KV pool
-    to kv_blocks blocks of block_size positions (default: n_ctx for each of max_seqs slots)."""
+    context, 4096); act_type (one of ACT_TYPES) to the engine's DEFAULT_ACT_TYPE; attn_type (one
+    of ATTN_TYPES, the JIT's only) to DEFAULT_ATTN_TYPE; the KV pool to kv_blocks blocks of
+    block_size positions (default: n_ctx for each of max_seqs slots)."""
     if name not in ENGINES:
         raise ReameError(f"unknown engine {name!r} (choose from: {', '.join(ENGINES)})")
     act_type = act_type or DEFAULT_ACT_TYPE[name]
     if act_type not in ACT_TYPES:
         raise ReameError(f"unknown activation type {act_type!r} (choose from: {', '.join(ACT_TYPES)})")
+    attn_type = attn_type or DEFAULT_ATTN_TYPE
+    if attn_type not in ATTN_TYPES:
+        raise ReameError(f"unknown attention type {attn_type!r} "
+                         f"(choose from: {', '.join(ATTN_TYPES)})")
+    if attn_type != "f32" and name != "jit":
+        raise ReameError(f"--attn-type {attn_type} needs the jit engine (the {name} engine's "
+                         "attention is f32)")
     n_ctx = n_ctx or min(model.config.n_ctx_train, DEFAULT_MAX_CTX)
     c = model.config
     per_block = block_size * bytes_per_token(c.n_layer, c.n_head_kv, c.head_dim, c.head_dim_v,
@@ -45,7 +61,7 @@ def create_engine(model, name: str = DEFAULT_ENGINE, *, n_ctx: int | None = None
     from .jit.engine import JITEngine
     return JITEngine(model, n_ctx=n_ctx, max_seqs=max_seqs, kv_dtype=kv_type, threads=threads,
                      int_dot=act_type == "q8", block_size=block_size, kv_blocks=kv_blocks,
-                     cpus=cpus)
+                     cpus=cpus, attn_type=attn_type)
 
 
 KV_MEMORY_SHARE = 0.25      # of the available memory, at most, for the default KV pool

@@ -275,6 +275,7 @@ BAD_FLAGS = [
     (["--engine", "cuda"], "--engine"),
     (["--kv-type", "q8"], "--kv-type"),
     (["--act-type", "q4"], "--act-type"),
+    (["--attn-type", "fp8"], "--attn-type"),
     (["--no-such-flag"], "--no-such-flag"),
 ]
 

@@ -190,6 +190,39 @@ def test_health_reports_load_failure(stories_model):
     assert_error(post(c, "/v1/completions", {"prompt": "x"}), 503, code="model_load_failed")
 
 
+def test_attn_type_setting_reaches_the_engine(stories_path, monkeypatch):
+    """REAME_ATTN_TYPE / --attn-type: read, checked, f32 by default, handed to create_engine;
+    `reame serve --attn-type bf16` puts it in the config."""
+    from reame.errors import ReameError
+    from reame.server import service
+    assert ServerConfig.from_env({}, model=stories_path).attn_type == "f32"
+    cfg = ServerConfig.from_env({"REAME_ATTN_TYPE": "bf16"}, model=stories_path)
+    assert cfg.attn_type == "bf16"
+    assert ServerConfig.from_env({"REAME_ATTN_TYPE": "bf16"}, model=stories_path,
+                                 attn_type="f32").attn_type == "f32"      # the flag wins
+    with pytest.raises(ReameError, match="attn_type"):
+        ServerConfig.from_env({"REAME_ATTN_TYPE": "fp8"})
+    seen = {}
+    from types import SimpleNamespace
+    fake = SimpleNamespace(kv=SimpleNamespace(block_bytes=1, block_size=32, kv_type="f32"))
+    monkeypatch.setattr("reame.engines.create_engine",
+                        lambda model, name, **kw: seen.update(kw) or fake)
+    assert service.engine_factory(cfg)() is fake
+    assert seen["attn_type"] == "bf16"
+    import argparse
+    from reame.server import cli as serve_cli
+    got = {}
+    monkeypatch.setattr("reame.server.gunicorn_app.run", lambda config, **kw: got.update(c=config))
+    parser = argparse.ArgumentParser()
+    serve_cli.add_serve_command(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["serve", str(stories_path), "--attn-type", "bf16", "--pin", "off"])
+    assert args.func(args) == 0 and got["c"].attn_type == "bf16"
+    # bf16 attention gives other keys and values: another prefix-cache salt
+    a = SimpleNamespace(model=None, name="jit", kv=fake.kv, attn_type="f32")
+    b = SimpleNamespace(model=None, name="jit", kv=fake.kv, attn_type="bf16")
+    assert service.model_identity(a) != service.model_identity(b)
+
+
 def test_act_type_setting_reaches_the_engine(stories_path, monkeypatch):
     """REAME_ACT_TYPE / --act-type: read, checked, and handed to create_engine."""
     from reame.errors import ReameError

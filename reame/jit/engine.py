@@ -12,6 +12,8 @@ the threads meet at barriers inside generated code. No numpy runs in the per-tok
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 
 from .. import progress
@@ -25,7 +27,10 @@ from ..model import Model
 from ..reference import rope_angles
 from .program import M, N, ProgramBuilder, StepProgram
 from ..tensor_types import PROMPT_STEP
-from .select import Q8K_MIN_TOKENS, choose, matmul_site  # noqa: F401  (Q8K_MIN_TOKENS: re-exported)
+from .select import (Q8K_MIN_TOKENS, attn_prefill_spec, bf16_attention, choose,  # noqa: F401
+                     matmul_site)                           # (Q8K_MIN_TOKENS: re-exported)
+
+log = logging.getLogger("reame.jit")
 
 FLOAT_TYPES = ("F32", "F16", "BF16")
 MAX_BATCH_TOKENS = 512      # tokens per step (prefill chunk); larger prompts are chunked
@@ -46,11 +51,22 @@ class JITEngine:
                  isa=None, int_dot: bool = True, max_logits: int | None = None,
                  q8k_min_tokens: int | None = Q8K_MIN_TOKENS,
                  block_size: int = DEFAULT_BLOCK_SIZE, kv_blocks: int | None = None,
-                 row_panels: bool = True, cpus: list[int] | None = None):
-        """`cpus`: pin compute thread i to cpus[i] (reame/topology.py); None: threads float."""
+                 row_panels: bool = True, cpus: list[int] | None = None,
+                 attn_type: str = "f32"):
+        """`cpus`: pin compute thread i to cpus[i] (reame/topology.py); None: threads float.
+        `attn_type`: "f32", or "bf16" for prompt-chunk programs' attention on AMX-BF16 tiles
+        (select.attn_prefill_spec); without AMX a warning is logged and attention stays f32."""
         self.model, self.config = model, model.config
         c = self.config
         self.isa = isa or detect()
+        if attn_type not in ("f32", "bf16"):
+            raise ValueError(f"attn_type {attn_type!r}: must be f32 or bf16")
+        if attn_type == "bf16" and not bf16_attention(self.isa):
+            log.warning("--attn-type bf16 needs AMX-BF16 tiles (ISA level amx and the OS's "
+                        "permission to use them); this CPU runs at level %s: attention stays "
+                        "f32", self.isa.level)
+            attn_type = "f32"
+        self.attn_type = attn_type
         self.max_tokens = max(max_batch_tokens, max_seqs)
         self.max_logits = max_logits or max(max_seqs, 16)   # logits rows one step can return
         # a pool of kv_blocks blocks (default: a whole context per slot) and the block tables
@@ -241,7 +257,9 @@ class JITEngine:
                  k=self.k, v=self.v, kc=kc, vc=vc, pos=self.pos, seq=self.seq, bt=bt, n=N)
             # ---- attention over each token's prefix (through the block table); x += att Wo
             window = {"swa": c.swa} if c.is_swa(il) else {}   # sliding-window layer (Gemma)
-            P.op(b + "attn", spec(attn_op, **attn_dims, **window), q=self.q, kc=kc, vc=vc,
+            attn = (attn_prefill_spec(self.attn_type, isa, bucket, **attn_dims, **window)
+                    if attn_op == "attn_prefill" else spec(attn_op, **attn_dims, **window))
+            P.op(b + "attn", attn, q=self.q, kc=kc, vc=vc,
                  out=self.att, pos=self.pos, seq=self.seq, bt=bt, n=N)
             if c.post_norms:                         # Gemma: x += RMSNorm(att Wo)
                 linear(b + "attn_output.weight", self.att, "att", self.o, N, fresh)

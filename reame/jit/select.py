@@ -185,6 +185,23 @@ def use_panel(op_name: str, n_tokens: int, K: int) -> bool:
 ACT_L1_BYTES = 24 << 10       # int8 activation bytes a token tile may keep in L1 (half of 48 KiB)
 
 
+def bf16_attention(isa: ISA, **dims) -> bool:
+    """Whether attn_prefill has a usable BF16 (AMX) variant at this level, and, given dims, a
+    tile of it that serves them (it refuses sliding windows and soft-capping)."""
+    op = registry.get_op("attn_prefill")
+    return any("BF16" in v.dtypes and v.usable(isa) and (not dims or op.tiles(v, dims))
+               for v in op.variants)
+
+
+def attn_prefill_spec(attn_type: str, isa: ISA, n_tokens: int, **dims) -> KernelSpec:
+    """The one decision of the attention precision (engine option attn_type, `--attn-type`):
+    a prompt-chunk program (>= PROMPT_STEP tokens) with attn_type "bf16" runs attn_prefill's
+    AMX-BF16 family (dtype BF16) where it is usable and serves dims; everything else f32."""
+    if attn_type == "bf16" and n_tokens >= PROMPT_STEP and bf16_attention(isa, **dims):
+        return choose("attn_prefill", "BF16", isa, n_tokens, **dims)
+    return choose("attn_prefill", "F32", isa, n_tokens, **dims)
+
+
 def has_kernel(op_name: str, dtype: str, isa: ISA) -> bool:
     """Whether op `op_name` has a variant for weights of `dtype` at this level."""
     return any(dtype in v.dtypes and v.usable(isa) for v in registry.get_op(op_name).variants)

@@ -125,6 +125,7 @@ def cmd_serve(args) -> int:
     config = ServerConfig.from_env(
         model=os.path.abspath(args.model), engine=args.engine, threads=threads,
         ctx_size=args.ctx_size, kv_type=args.kv_type, act_type=args.act_type,
+        attn_type=args.attn_type,
         max_seqs=args.max_seqs, kv_cache_mb=args.kv_cache_mb, block_size=args.block_size,
         queue_size=args.queue_size, request_timeout=args.timeout,
         api_key=args.api_key, chat_template_file=args.chat_template_file,

@@ -55,6 +55,8 @@ def model_identity(engine) -> bytes:
         file_id = str(path)
     kv = getattr(engine, "kv", None)
     ident = f"{file_id}|{getattr(engine, 'name', '')}|{getattr(kv, 'kv_type', '')}"
+    if getattr(engine, "attn_type", "f32") != "f32":    # bf16 attention: other keys and values
+        ident += f"|attn={engine.attn_type}"
     return hashlib.sha256(ident.encode()).digest()
 
 
@@ -419,6 +421,7 @@ def engine_factory(config: ServerConfig) -> Callable[[], object]:
         engine = create_engine(model, config.engine or DEFAULT_ENGINE, n_ctx=n_ctx,
                                max_seqs=slots, kv_type=config.kv_type,
                                threads=threads, act_type=config.act_type,
+                               attn_type=config.attn_type,
                                block_size=config.block_size, kv_blocks=blocks, cpus=cpus)
         kv = engine.kv
         log.info("KV cache: %.0f MiB, %d blocks of %d positions (%d tokens, %s)%s; context %d "

@@ -7,7 +7,13 @@ Every kernel is validated against its numpy reference before it is timed. Timing
   minimum over trials. This is the kernel's critical path with all threads busy, without the
   cost of a Python-level barrier per call.
 
-    python -m bench.bench_attention [--ctx 4096] [--prefill 512] [--kv f32,f16]
+    python -m bench.bench_attention [--ctx 4096] [--prefill 512] [--cached 0] [--kv f32,f16]
+                                    [--skip-decode]
+
+Prefill: a chunk of --prefill tokens at positions --cached .. --cached + prefill - 1 of one
+sequence (the first --cached positions already in the cache), every attn_prefill family: the
+f32 ones (dtype F32) and, where the CPU has AMX, the reduced-precision `amx` (dtype BF16,
+`--attn-type bf16`; validated against its bf16 reference).
 """
 
 from __future__ import annotations
@@ -84,7 +90,7 @@ def attention(args):
         # decode: one token at position ctx - 1
         op = get_op("attn_decode")
         C = args.ctx
-        for spec in op.specs("F32", isa, C=C, **dims):
+        for spec in ([] if args.skip_decode else op.specs("F32", isa, C=C, **dims)):
             k = build(spec, isa)
             rng = np.random.default_rng(0)
             small = make_attention_case(op, spec.with_params(C=128), rng, 4)
@@ -99,23 +105,26 @@ def attention(args):
                 t = time_kernel(k, [c.args for c in layers], nth)
                 rows.append(("decode", kv, f"ctx={C}", spec.family, tiles(spec), nth,
                              f"{t * 1e6:.0f} us", f"{kv_bytes / t / 1e9:.1f} GB/s"))
-        # prefill: positions 0..P-1 of one sequence
+        # prefill: positions S..S+P-1 of one sequence (S = --cached)
         op = get_op("attn_prefill")
-        P = args.prefill
-        flops = 2 * H * (D + D) * P * (P + 1) / 2
-        for spec in op.specs("F32", isa, C=P, **dims):
+        P, S = args.prefill, args.cached
+        bs = args.block_size or 1
+        CP = -(-(S + P) // bs) * bs
+        flops = 2 * H * (D + D) * (P * S + P * (P + 1) / 2)
+        for spec in op.specs("F32", isa, C=CP, **dims) + op.specs("BF16", isa, C=CP, **dims):
             k = build(spec, isa)
             rng = np.random.default_rng(1)
             small = make_attention_case(op, spec.with_params(C=128), rng, 40,
                                         positions=list(range(3, 43)), seq_ids=[0] * 40)
             validate(op, build(spec.with_params(C=128), isa), small)
-            case = make_attention_case(op, spec, rng, P, positions=list(range(P)),
+            case = make_attention_case(op, spec, rng, P, positions=list(range(S, S + P)),
                                        seq_ids=[0] * P, seqs=1)
             if args.check_large:
                 validate(op, k, case)
             for nth in (1, 2):
                 t = time_kernel(k, case.args, nth, budget=1.0)
-                rows.append(("prefill", kv, f"n={P}", spec.family, tiles(spec), nth,
+                rows.append(("prefill", kv, f"n={P}" + (f"@{S}" if S else ""), spec.family,
+                             tiles(spec), nth,
                              f"{t * 1e3:.2f} ms", f"{flops / t / 1e9:.1f} GFLOP/s"))
     return rows
 
@@ -129,6 +138,9 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ctx", type=int, default=4096, help="decode context length")
     ap.add_argument("--prefill", type=int, default=512, help="prefill chunk length")
+    ap.add_argument("--cached", type=int, default=0,
+                    help="positions already in the cache before the prefill chunk")
+    ap.add_argument("--skip-decode", action="store_true", help="prefill kernels only")
     ap.add_argument("--heads", type=int, default=14)
     ap.add_argument("--kv-heads", type=int, default=2)
     ap.add_argument("--head-dim", type=int, default=64)

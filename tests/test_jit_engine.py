@@ -209,6 +209,16 @@ def test_attn_type_reaches_the_prompt_kernel(synth_dir, caplog):
             assert eng.attn_type == "bf16" and prompt > 16
             assert sites.pop(prompt) == ("amx", "BF16")
             assert all(dt == "F32" for _, dt in sites.values())      # decode programs: f32
+            # the dispatch table checks another amx tile against the f32 generic kernel (the
+            # adaptive runtime's candidates), at the BF16 tolerance
+            from reame.codegen.kernels import build
+            i, slot = next((i, s) for i, s in enumerate(eng.table.slots)
+                           if s.name == f"blk.0.attn@{prompt}")
+            other = next(sp for sp in get_op("attn_prefill").specs(
+                "BF16", eng.isa, **{d: slot.kernel.spec.p[d] for d in ("H", "Hkv", "D", "Dv",
+                                                                      "C", "BS", "kv", "scale")})
+                if sp != slot.kernel.spec)
+            assert eng.table.verify(i, build(other, eng.isa)) <= 1.0
         finally:
             eng.close()
     lower = detect().at(detect().levels[-2]) if detect().has("amx") else detect()

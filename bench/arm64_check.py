@@ -338,6 +338,10 @@ class Guest:
                 p.wait()
                 rc = -9
                 out.write(f"\n[arm64_check] timed out after {timeout} s\n")
+            except BaseException:       # interrupted (SIGINT, SIGTERM): no orphaned qemu
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+                raise
         return rc, path.read_text(), time.perf_counter() - t
 
 
@@ -575,6 +579,8 @@ def main(argv=None) -> int:
         return 0
 
     t0 = time.perf_counter()
+    # SIGTERM (CI stopping a background check) unwinds like SIGINT: Guest.run kills its guest
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     cache = cache_root(a.cache_dir)
     try:
         qemu = ensure_tools(a.apt)

@@ -217,6 +217,32 @@ def test_a_slowed_variant_is_rejected_and_a_wrong_one_refused(model, tmp_path,
     assert 0 < rt.report()["kernels"]["exploration_share"] <= 0.3
 
 
+def test_a_restart_does_not_try_again_what_was_refused(model, tmp_path):
+    """What a run measured slower is remembered: its rejected kernel candidates and the batch
+    levels it refused are saved, and a restarted runtime neither tries those candidates nor
+    probes those levels before retry_steps (the first bench restart re-explored everything and
+    its first minute ran at 0.50x; catches: a strategy that keeps only what was promoted)."""
+    eng = engine(model)
+    params = SchedulerParams(max_batch=2)
+    rt = AdaptiveRuntime(eng, params, state_dir=tmp_path, save_every=0)
+    cls = next(c for c in rt.tuner.classes.values() if c.op == "matmul_q8" and c.candidates)
+    slow = cls.candidates[0]
+    cls.tried[slow.label()] = "rejected (0.800x)"          # as _end_trial records a verdict
+    rt.batch.refused[4] = rt.batch.steps                   # as a reverted probe does
+    assert rt.save()
+
+    eng2 = engine(model)
+    params2 = SchedulerParams(max_batch=2)
+    rt2 = AdaptiveRuntime(eng2, params2, state_dir=tmp_path, save_every=0)
+    cls2 = rt2.tuner.classes[cls.key]
+    assert slow in cls2.candidates
+    assert rt2.load() == 0
+    assert slow not in cls2.candidates and "previous run" in cls2.tried[slow.label()]
+    assert rt2.batch._next(2) is None                      # 4 (its only level up) refused
+    rt2.batch.steps = rt2.batch.retry_steps                # ... until retry_steps have passed
+    assert rt2.batch._next(2) == 4
+
+
 def test_frozen_runtime_explores_nothing(model, tmp_path, reference_output):
     def setup(rt):
         cls = next(c for c in rt.tuner.classes.values()
@@ -411,7 +437,7 @@ def test_scheduler_feeds_the_batch_tuner_and_the_batch_is_saved(model, tmp_path)
                          batch_options=dict(window=2, settle=0, patience=50))
     seen = []
     observe = rt.batch.observe
-    rt.batch.observe = lambda *a: (seen.append(a[3:]), observe(*a))[1]
+    rt.batch.observe = lambda *a, **kw: (seen.append(a[3:]), observe(*a, **kw))[1]
     s = Scheduler(eng, params, adaptive=rt).start()
     try:
         greedy_run(model, s, n_seqs=6, max_tokens=30)

@@ -210,3 +210,30 @@ def test_a_level_that_only_decodes_faster_but_loses_on_the_mix_is_not_kept():
     assert t.params.max_batch == 16 and t.reverted >= 4
     kept = [s for s, _, e in t.history if e.startswith("kept")]
     assert all(any(s2 > s and e.startswith("back from") for s2, _, e in t.history) for s in kept)
+
+
+def test_a_probe_without_a_verdict_in_time_is_abandoned():
+    # the traffic changes under a probe (steps become 3 s long: long documents arrive): it
+    # ends within its time bound instead of comparing decode steps measured on another mix
+    # with the level's (catches: a probe that waits for its window however long it takes)
+    t = tuner(tpot_limit=10.0, max_probe_s=60.0)
+    simulate(t, sublinear, steps=60)               # 16 measured, the probe at 24 begins
+    assert t.probe is not None
+    simulate(t, lambda b: 3.0, steps=40)
+    assert t.probe is None and any("no verdict within 60 s" in e for _, _, e in t.history)
+    assert t.params.max_batch == 16
+
+
+def test_kernel_trial_steps_do_not_count_as_the_levels_decode_steps():
+    # a kernel candidate on trial makes its steps 3x slower: those steps are left out, so the
+    # probe at 32 is still kept on its true cost (catches: a batch tuner that times the
+    # kernel tuner's trials as if they were the level's own steps)
+    rng = random.Random(0)
+    t = tuner(tpot_limit=10.0)
+    p = t.params
+    for s in range(2000):
+        running = p.max_batch
+        trial = p.max_batch == 32 and s % 4 == 0
+        sec = sublinear(running) * (3.0 if trial else 1.0) * (1 + rng.gauss(0, 0.03))
+        t.observe(running, sec, True, running, 100, trial=trial)
+    assert p.max_batch >= 32 and any(lv == 32 and e.startswith("kept") for _, lv, e in t.history)

@@ -17,6 +17,9 @@ lengths, how many tokens of each step are prompt chunks, the KV memory), so it i
   below the current level's with `Z` standard errors of margin (noise does not promote), and its p95
   decode step stays under `tpot_limit` (the latency guard); otherwise the limit goes back and
   that level is not probed again for `retry_steps` steps (traffic changes);
+- a probe that lasts more than `max_probe_s` seconds is abandoned: the traffic may have
+  changed under it (a probe begun in short chats and measured in long documents compares
+  decode steps at other contexts than the level's own);
 - a probe whose batch does not fill within `patience` steps (load went down, or the KV pool,
   not the batch, is what limits admissions) is abandoned;
 - the tuner never goes below the level it started from (the default, or what a saved strategy
@@ -100,10 +103,12 @@ def _mean_se(xs: list[float]) -> tuple[float, float]:
 class BatchTuner:
     def __init__(self, params, slots: int, *, tpot_limit: float = 0.25, window: int = 48,
                  settle: int = 8, patience: int = 400, min_gain: float = 0.02,
-                 retry_steps: int = 3000):
+                 retry_steps: int = 3000, max_probe_s: float = 120.0):
         self.params, self.slots = params, slots
         self.tpot_limit, self.window, self.settle = tpot_limit, window, settle
         self.patience, self.min_gain, self.retry_steps = patience, min_gain, retry_steps
+        self.max_probe_s = max_probe_s
+        self._probe_seconds = 0.0                 # seconds of steps since the probe began
         self.start = params.max_batch              # never below this (the default's level)
         self.levels = sorted({lv for lv in LEVELS if self.start <= lv <= slots} | {self.start, slots})
         self.frozen = False
@@ -127,6 +132,11 @@ class BatchTuner:
         sequence is decoding and none finishing: faster than it will stay)."""
         return max(self.settle, self.cycle), max(self.window, 2 * self.cycle)
 
+    def refused_recently(self) -> list[int]:
+        """Levels refused within the last retry_steps (what a restarted server skips too)."""
+        return sorted(lv for lv, when in self.refused.items()
+                      if self.steps - when < self.retry_steps)
+
     def rebase(self, level: int) -> None:
         """A new starting level (a saved strategy): measured afresh from there."""
         self.params.max_batch = level
@@ -136,7 +146,10 @@ class BatchTuner:
     # ---- every step (the engine thread) ----
 
     def observe(self, n_sampled: int, seconds: float, decode_only: bool, running: int,
-                waiting: int) -> None:
+                waiting: int, trial: bool = False) -> None:
+        """One step: tokens sampled, its seconds, whether it was decode-only, the sequences
+        running and waiting; `trial`: it ran a kernel candidate's trial arm (its time is not
+        the level's: left out of what the levels are compared on)."""
         self.steps += 1
         if self.frozen:
             if self.probe is not None:
@@ -148,7 +161,9 @@ class BatchTuner:
         # every step while requests wait counts for the mix, refills after a wave included
         sat = waiting > 0 and running <= limit
         if self.probe is not None:
-            self._probing(n_sampled, seconds, decode_only, full and at, sat)
+            self._probing(n_sampled, seconds, decode_only, full and at, sat, trial)
+            return
+        if trial:                                 # not the level's time: left out
             return
         if sat:
             self.base.mix.append((n_sampled, seconds))
@@ -188,15 +203,22 @@ class BatchTuner:
     def _start_probe(self, limit: int, level: int) -> None:
         self.probe = LevelStats()
         self._probe_from, self._probe_started, self._settled = limit, self.steps, 0
+        self._probe_seconds = 0.0
         self.params.max_batch = level
         self.probes += 1
         self._event(level, "probe")
 
     def _probing(self, n_sampled: int, seconds: float, decode_only: bool, full: bool,
-                 sat: bool) -> None:
+                 sat: bool, trial: bool = False) -> None:
         p = self.probe
         if self.steps - self._probe_started > self.patience + sum(self.span):
             self._end_probe(keep=False, why="the batch did not fill")
+            return
+        self._probe_seconds += seconds
+        if self._probe_seconds > self.max_probe_s:
+            self._end_probe(keep=False, why=f"no verdict within {self.max_probe_s:.0f} s")
+            return
+        if trial:
             return
         settle, window = self.span
         self._settled += full

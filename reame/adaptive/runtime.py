@@ -74,11 +74,14 @@ class AdaptiveRuntime:
         if not saved:
             return None
         self.loaded = self.tuner.apply_choices(saved["choices"])
+        skipped = self.tuner.skip_rejected(saved.get("rejected") or {})
         self._load_params(saved["scheduler"])
         n_vocab = self.engine.config.n_vocab
         self.saved_prefixes = [p for p in saved["prefixes"]
                                if len(p) < self.engine.n_ctx and max(p) < n_vocab]
-        log.info("adaptive: %d kernel choices loaded from %s", self.loaded, self.path)
+        log.info("adaptive: %d kernel choices loaded from %s (%d candidates it rejected not "
+                 "tried again; batch levels it refused: %s)", self.loaded, self.path, skipped,
+                 sorted(self.batch.refused) or "none")
         return self.loaded
 
     def boot(self, seconds: float, progress=None) -> dict:
@@ -149,6 +152,10 @@ class AdaptiveRuntime:
         for k in ("token_budget", "prefill_chunk"):
             setattr(self.params, k, getattr(cand, k))
         self.batch.rebase(cand.max_batch)
+        refused = saved.get("batch_refused")
+        if isinstance(refused, list):             # not probed again before retry_steps
+            self.batch.refused = {lv: 0 for lv in refused
+                                  if isinstance(lv, int) and lv in self.batch.levels}
 
     # ---- every step (the engine thread) ----
 
@@ -173,7 +180,8 @@ class AdaptiveRuntime:
         self.profile.step(len(plan.batch), n_sampled, now - self._t_step, decode_only, now)
         if self.profile.outputs and self.batch.steps % 64 == 0:   # a generation's length
             self.batch.cycle = int(percentile(self.profile.outputs, 0.5))
-        self.batch.observe(n_sampled, now - self._t_step, decode_only, running, waiting)
+        self.batch.observe(n_sampled, now - self._t_step, decode_only, running, waiting,
+                           trial=self.tuner is not None and self.tuner.trial_step)
         self._track_prefixes(plan)
         if self.tuner is not None:
             self.tuner.after_step(self._label, len(plan.batch), self._timed, self._before)
@@ -260,9 +268,10 @@ class AdaptiveRuntime:
                 choices[c.key] = live
         sched = {k: getattr(self.params, k) for k in ("max_batch", "token_budget",
                                                       "prefill_chunk")}
+        sched["batch_refused"] = self.batch.refused_recently()
         try:
             store.save(self.path, self.ident, choices, sched,
-                       self.hot_prefixes() or self.saved_prefixes)
+                       self.hot_prefixes() or self.saved_prefixes, self.tuner.rejected())
         except OSError as e:
             log.warning("adaptive: cannot save %s: %s", self.path, e)
             return False

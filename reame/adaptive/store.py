@@ -60,11 +60,14 @@ def spec_from_json(d: dict) -> KernelSpec:
 
 
 def save(path: Path, ident: dict, choices: dict[str, KernelSpec], scheduler: dict,
-         prefixes: list[list[int]] | None = None) -> None:
+         prefixes: list[list[int]] | None = None,
+         rejected: dict[str, list[str]] | None = None) -> None:
+    """`rejected`: class key -> labels of the candidates measured slower there (a restarted
+    server does not try them again)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     body = {"format": FORMAT, "identity": ident, "saved_at": time.time(),
             "choices": {k: spec_to_json(s) for k, s in choices.items()},
-            "scheduler": scheduler, "prefixes": prefixes or []}
+            "scheduler": scheduler, "prefixes": prefixes or [], "rejected": rejected or {}}
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".strategy-", suffix=".tmp")
     try:
         with os.fdopen(fd, "w") as f:
@@ -80,7 +83,7 @@ def save(path: Path, ident: dict, choices: dict[str, KernelSpec], scheduler: dic
 
 def load(path: Path, ident: dict) -> dict | None:
     """The saved strategy ({"choices": {key: KernelSpec}, "scheduler": {...}, "prefixes":
-    [[token id, ...], ...]}), or None (no file, or one that is corrupt or foreign: logged)."""
+    [[token id, ...], ...], "rejected": {key: [label, ...]}}), or None (no file, or one that is corrupt or foreign: logged)."""
     try:
         raw = path.read_text()
     except FileNotFoundError:
@@ -105,7 +108,13 @@ def load(path: Path, ident: dict) -> dict | None:
                 isinstance(p, list) and p and all(isinstance(t, int) and t >= 0 for t in p)
                 for p in prefixes)):
             raise ValueError("prefixes: lists of token ids expected")
+        rejected = body.get("rejected") or {}
+        if not (isinstance(rejected, dict) and all(
+                isinstance(v, list) and all(isinstance(x, str) for x in v)
+                for v in rejected.values())):
+            raise ValueError("rejected: lists of kernel labels expected")
     except (ValueError, KeyError, TypeError, AttributeError) as e:
         log.warning("adaptive: %s is not a valid strategy file (%s): ignored", path, e)
         return None
-    return {"choices": choices, "scheduler": scheduler, "prefixes": prefixes}
+    return {"choices": choices, "scheduler": scheduler, "prefixes": prefixes,
+            "rejected": rejected}

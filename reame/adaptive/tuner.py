@@ -79,6 +79,7 @@ class KernelTuner:
         self._by_slot: dict[int, SlotClass] = {}
         self._group()
         self.trial: Trial | None = None
+        self.trial_step = False
         self.frozen = False
         self.steps = self.explored = 0
         self.tried = self.promoted = self.rolled_back = self.refused = 0
@@ -118,8 +119,11 @@ class KernelTuner:
     # ---- the engine thread, at every step boundary ----
 
     def before_step(self, program: str) -> bool:
-        """Stage the arm for this step of `program`; True when this step must be timed."""
+        """Stage the arm for this step of `program`; True when this step must be timed.
+        `trial_step` says whether this step runs a trial's arm (its time is not the live
+        kernels': the batch tuner leaves it out)."""
         self.steps += 1
+        self.trial_step = False
         if self.frozen:
             self._end_trial(None)
             return False
@@ -137,6 +141,7 @@ class KernelTuner:
         self._stage(t.cls, t.cand if use_b else t.live)
         self._arm_b = use_b
         self.explored += 1
+        self.trial_step = True
         return True
 
     def after_step(self, program: str, n_tokens: int, timed: bool, before: np.ndarray) -> None:
@@ -281,6 +286,30 @@ class KernelTuner:
             if live != c.origin:
                 out[c.key] = live.label()
         return out
+
+    def rejected(self) -> dict[str, list[str]]:
+        """class key -> labels of the candidates rejected there (measured slower)."""
+        out = {}
+        for c in self.classes.values():
+            labels = sorted(k for k, v in c.tried.items() if str(v).startswith("rejected"))
+            if labels:
+                out[c.key] = labels
+        return out
+
+    def skip_rejected(self, saved: dict[str, list[str]]) -> int:
+        """Drop the candidates a previous run rejected (saved by rejected()); returns how many."""
+        n = 0
+        for key, labels in saved.items():
+            cls = self.classes.get(key)
+            if cls is None:
+                continue
+            keep = [s for s in cls.candidates if s.label() not in labels]
+            for s in cls.candidates:
+                if s.label() in labels:
+                    cls.tried[s.label()] = "rejected (in a previous run)"
+            n += len(cls.candidates) - len(keep)
+            cls.candidates = keep
+        return n
 
     def apply_choices(self, chosen: dict[str, object]) -> int:
         """Make saved choices live (class key -> spec); returns how many were applied. Each is

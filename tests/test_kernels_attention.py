@@ -490,7 +490,8 @@ def test_attn_prefill_amx_refuses():
     assert not op.specs("BF16", isa, **{**dims, "swa": 32})
     assert not op.specs("BF16", isa, **{**dims, "softcap": 30.0})
     assert not op.specs("BF16", isa, **{**dims, "BS": 16})
-    assert {s.p["mb"] for s in op.specs("BF16", isa, **{**dims, "H": 96, "Hkv": 2})} == {4}
+    assert {s.p["mb"] for s in op.specs("BF16", isa, **{**dims, "H": 96, "Hkv": 2})} == {4, 8}
+    assert {s.p["mb"] for s in op.specs("BF16", isa, **{**dims, "H": 160, "Hkv": 2})} == {8}
 
 
 def test_bf16_reference_rounds():

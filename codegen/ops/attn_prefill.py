@@ -31,8 +31,8 @@ Tolerance: as attn_decode (rtol 2e-5, atol 2e-5).
 Family `amx` (level amx, dtype "BF16": the attention precision, opt-in through the engine's
 `attn_type="bf16"`, reame/jit/select.py `attn_prefill_spec`; docs/kernels-attention.md): the same
 args, dims, layouts, runs and threading, with Q.K^T and P.V on AMX-BF16 tiles (tdpbf16ps) and
-the online softmax in f32. q (scaled), k and v are rounded to bf16 (k and v once per key tile,
-for all the tile's query rows), scores, running max and sums in f32, the softmax weights P
+the online softmax in f32. q (scaled), k and v are rounded to bf16 (k and v once per call and
+(slot, kv head), into a heap cache the following query tiles reuse), scores, running max and sums in f32, the softmax weights P
 rounded to bf16 for P.V, the output accumulated in f32. A query tile is a run of up to
 16 mb / G tokens x G heads (rows in the 16 lanes of a C tile, mb blocks of 16 rows; a run of R
 tokens uses ceil(R G / 16) of them); key tiles of bk keys (32 or 64), aligned at multiples of bk.

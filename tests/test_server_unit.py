@@ -190,6 +190,19 @@ def test_health_reports_load_failure(stories_model):
     assert_error(post(c, "/v1/completions", {"prompt": "x"}), 503, code="model_load_failed")
 
 
+def engine_factory_kwargs(cfg, monkeypatch):
+    """What the server's engine factory hands create_engine for `cfg` (a fake engine, no
+    model built): (the keyword arguments, the fake engine)."""
+    from types import SimpleNamespace
+    from reame.server import service
+    seen = {}
+    fake = SimpleNamespace(kv=SimpleNamespace(block_bytes=1, block_size=32, kv_type="f32"))
+    monkeypatch.setattr("reame.engines.create_engine",
+                        lambda model, name, **kw: seen.update(kw) or fake)
+    assert service.engine_factory(cfg)() is fake
+    return seen, fake
+
+
 def test_attn_type_setting_reaches_the_engine(stories_path, monkeypatch):
     """REAME_ATTN_TYPE / --attn-type: read, checked, f32 by default, handed to create_engine;
     `reame serve --attn-type bf16` puts it in the config."""
@@ -202,13 +215,9 @@ def test_attn_type_setting_reaches_the_engine(stories_path, monkeypatch):
                                  attn_type="f32").attn_type == "f32"      # the flag wins
     with pytest.raises(ReameError, match="attn_type"):
         ServerConfig.from_env({"REAME_ATTN_TYPE": "fp8"})
-    seen = {}
-    from types import SimpleNamespace
-    fake = SimpleNamespace(kv=SimpleNamespace(block_bytes=1, block_size=32, kv_type="f32"))
-    monkeypatch.setattr("reame.engines.create_engine",
-                        lambda model, name, **kw: seen.update(kw) or fake)
-    assert service.engine_factory(cfg)() is fake
+    seen, fake = engine_factory_kwargs(cfg, monkeypatch)
     assert seen["attn_type"] == "bf16"
+    from types import SimpleNamespace
     import argparse
     from reame.server import cli as serve_cli
     got = {}
@@ -232,12 +241,7 @@ def test_act_type_setting_reaches_the_engine(stories_path, monkeypatch):
     assert ServerConfig.from_env({}, model=stories_path).act_type is None
     with pytest.raises(ReameError, match="act_type"):
         ServerConfig.from_env({"REAME_ACT_TYPE": "q4"})
-    seen = {}
-    from types import SimpleNamespace
-    fake = SimpleNamespace(kv=SimpleNamespace(block_bytes=1, block_size=32, kv_type="f32"))
-    monkeypatch.setattr("reame.engines.create_engine",
-                        lambda model, name, **kw: seen.update(kw) or fake)
-    assert service.engine_factory(cfg)() is fake
+    seen, _ = engine_factory_kwargs(cfg, monkeypatch)
     assert seen["act_type"] == "f32"
     # the KV budget: --kv-cache-mb is a whole number of blocks; the context fits in the pool
     cfg = ServerConfig.from_env({"REAME_KV_CACHE_MB": "1", "REAME_BLOCK_SIZE": "16"},

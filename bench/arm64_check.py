@@ -310,7 +310,9 @@ class Guest:
                             "VIRTUAL_ENV", "REAME_ISA", "PYTHONEXECUTABLE")}
         env.update(PYTHONPATH=f"{self.boot}:{REPO}", PYTHONNOUSERSITE="1",
                    REAME_CACHE_DIR=str(self.kernels), REAME_SHARED=str(shared_dir()),
-                   QEMU_LD_PREFIX=str(self.root))
+                   QEMU_LD_PREFIX=str(self.root),
+                   # tests scale their absolute wall-time bounds (tests/conftest.py)
+                   REAME_EMULATED="qemu-user")
         env.update(extra or {})
         return env
 

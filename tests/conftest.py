@@ -76,6 +76,11 @@ def isa_at(level: str):
     return isa if level == "native" else isa.at(level)
 
 
+# bench/arm64_check.py runs the guest under qemu-user with REAME_EMULATED=qemu-user: emulated
+# code runs ~5-20x slower, so a test's absolute wall-time bound is multiplied by this
+EMULATED = os.environ.get("REAME_EMULATED", "")
+TIME_SCALE = 20.0 if EMULATED else 1.0
+
 # the first SIMD level of each architecture: kernels are tested there besides native and generic
 SIMD_BASE = {"x86_64": "avx2", "aarch64": "neon"}
 

@@ -31,7 +31,7 @@ from reame.codegen.isa import detect
 from reame.codegen.kernels import Kernel, build
 from reame.codegen.registry import get_op
 from reame.codegen.spec import KernelSpec, render
-from conftest import simd_base
+from conftest import TIME_SCALE, simd_base
 
 HOST = detect()
 X86 = HOST.arch == "x86_64"
@@ -130,7 +130,8 @@ def test_second_process_loads_every_kernel_from_the_cache(tmp_path):
     assert (warm["compiled"], warm["cache_hits"], warm["cache_rejects"]) == (0, N_CHILD, 0)
     assert warm["compile_seconds"] == 0.0
     # warm loads take ~1-6 ms a kernel here; generous bounds for a shared, loaded machine
-    assert warm["load_seconds"] < 0.05 * N_CHILD, warm
+    # (scaled under emulation: ~57 ms a kernel under qemu-aarch64)
+    assert warm["load_seconds"] < 0.05 * N_CHILD * TIME_SCALE, warm
     assert warm["load_seconds"] < cold["compile_seconds"], (warm, cold)
 
 

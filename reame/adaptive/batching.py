@@ -64,21 +64,17 @@ class LevelStats:
         standard error from BLOCKS consecutive blocks of them (block means absorb the
         correlation between neighbouring steps)."""
         xs = list(self.mix)[-last:]
+        n = sum(t for t, _ in xs)
+        mean = sum(s for _, s in xs) / n if n else math.inf
         k = len(xs) // BLOCKS
         if k < 1:
             return math.inf, math.inf
         blocks = []
         for b in range(BLOCKS):
             part = xs[b * k:(b + 1) * k]
-            n = sum(t for t, _ in part)
-            blocks.append(sum(s for _, s in part) / n if n else math.inf)
-        n = sum(t for t, _ in xs)
-        mean = sum(s for _, s in xs) / n if n else math.inf
-        if not all(math.isfinite(b) for b in blocks):
-            return mean, math.inf
-        m = sum(blocks) / BLOCKS
-        var = sum((b - m) ** 2 for b in blocks) / (BLOCKS - 1)
-        return mean, math.sqrt(var / BLOCKS)
+            nb = sum(t for t, _ in part)
+            blocks.append(sum(s for _, s in part) / nb if nb else math.inf)
+        return mean, _block_se(blocks)
 
     def decode_per_token(self, last: int) -> tuple[float, float]:
         """Seconds per token of the last `last` decode-only steps with the batch exactly at
@@ -90,14 +86,22 @@ class LevelStats:
         return percentile(self.decode_steps, 0.95)
 
 
+def _block_se(blocks: list[float]) -> float:
+    """Standard error of the mean of BLOCKS block means (inf if one is not finite)."""
+    if not all(math.isfinite(b) for b in blocks):
+        return math.inf
+    m = sum(blocks) / len(blocks)
+    var = sum((b - m) ** 2 for b in blocks) / (len(blocks) - 1)
+    return math.sqrt(var / len(blocks))
+
+
 def _mean_se(xs: list[float]) -> tuple[float, float]:
+    """Mean of xs and its standard error from BLOCKS consecutive blocks."""
     k = len(xs) // BLOCKS
     if k < 1:
         return math.inf, math.inf
-    blocks = [sum(xs[b * k:(b + 1) * k]) / k for b in range(BLOCKS)]
-    m = sum(blocks) / BLOCKS
-    var = sum((b - m) ** 2 for b in blocks) / (BLOCKS - 1)
-    return sum(xs) / len(xs), math.sqrt(var / BLOCKS)
+    return sum(xs) / len(xs), _block_se([sum(xs[b * k:(b + 1) * k]) / k
+                                         for b in range(BLOCKS)])
 
 
 class BatchTuner:
@@ -249,14 +253,14 @@ class BatchTuner:
         mp, sp = p.per_token(mixed)
         worse_mix = mp > mb * (1 + MIX_SLACK)
         n_dec = min(len(self.base.decode_tok), len(p.decode_tok))
-        basis = "on the steady mix"
-        if n_dec >= max(2 * BLOCKS, window // 2):
+        on_decode = n_dec >= max(2 * BLOCKS, window // 2)
+        if on_decode:
             mb, sb = self.base.decode_per_token(min(n_dec, window))
             mp, sp = p.decode_per_token(min(n_dec, window))
-            basis = "per decode step"
+        basis = "per decode step" if on_decode else "on the steady mix"
         faster = mp + Z * math.hypot(sb, sp) <= mb * (1 - self.min_gain) and not worse_mix
         within = not p.decode_steps or p.tpot_p95 <= self.tpot_limit
-        self._end_probe(keep=faster and within,
+        self._end_probe(keep=faster and within, confirm=on_decode,
                         why=(f"{mb / mp:.3f}x the tokens/s of {self._probe_from} {basis}"
                              + (", worse on the steady mix" if worse_mix else "")
                              if mp > 0 and math.isfinite(mb) else "")
@@ -280,11 +284,12 @@ class BatchTuner:
                                     f"tokens/s of {prev_level}")
             self.base = LevelStats()
 
-    def _end_probe(self, keep: bool, why: str) -> None:
+    def _end_probe(self, keep: bool, why: str, confirm: bool = False) -> None:
+        """`confirm`: kept on its decode steps, so its mix is checked again (_confirm_kept)."""
         p, self.probe = self.probe, None
         level = self.params.max_batch
         if keep:
-            self._confirm = (self._probe_from, self.base) if "decode step" in why else None
+            self._confirm = (self._probe_from, self.base) if confirm else None
             self.base = p
             self.kept += 1
             self._event(level, f"kept: {why}")

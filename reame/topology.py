@@ -68,17 +68,22 @@ class Topology:
                 core_of[c] = (-1, c)              # unknown: a core of its own
         return cls(nodes, core_of)
 
+    def by_core(self, cpus: list[int]) -> list[list[int]]:
+        """`cpus` grouped by physical core (SMT siblings together), in CPU order."""
+        groups: dict[tuple[int, int], list[int]] = {}
+        for c in sorted(cpus):
+            groups.setdefault(self.core_of.get(c, (-1, c)), []).append(c)
+        return list(groups.values())
+
     def cores_first(self, cpus: list[int]) -> list[int]:
         """`cpus` ordered so that the first k are on k different physical cores (as far as
         there are k cores): the first CPU of every core, then the second of every core, ..."""
-        by_core: dict[tuple[int, int], list[int]] = {}
-        for c in sorted(cpus):
-            by_core.setdefault(self.core_of.get(c, (-1, c)), []).append(c)
-        rounds = max((len(v) for v in by_core.values()), default=0)
-        return [v[r] for r in range(rounds) for v in by_core.values() if r < len(v)]
+        cores = self.by_core(cpus)
+        rounds = max((len(v) for v in cores), default=0)
+        return [v[r] for r in range(rounds) for v in cores if r < len(v)]
 
     def physical_cores(self, cpus: list[int]) -> int:
-        return len({self.core_of.get(c, (-1, c)) for c in cpus})
+        return len(self.by_core(cpus))
 
     def pools(self, n: int) -> list[list[int]]:
         """The CPUs of `n` engines: with n equal to the nodes, one node each; fewer engines
@@ -92,10 +97,7 @@ class Topology:
         out: list[list[int]] = []
         for k, cpus in enumerate(nodes):          # n > nodes: node k gets its share of n
             share = (k + 1) * n // len(nodes) - k * n // len(nodes)
-            by_core: dict[tuple[int, int], list[int]] = {}
-            for c in sorted(cpus):
-                by_core.setdefault(self.core_of.get(c, (-1, c)), []).append(c)
-            cores = list(by_core.values())
+            cores = self.by_core(cpus)
             for i in range(share):
                 part = cores[i * len(cores) // share:(i + 1) * len(cores) // share]
                 out.append(self.cores_first(sum(part, [])))

@@ -403,11 +403,12 @@ def engine_factory(config: ServerConfig) -> Callable[[], object]:
         from ..model import load_model
         if not config.model:
             raise ReameError("no model: pass MODEL.gguf to `reame serve` or set REAME_MODEL")
-        cpus, threads = config.placement(), config.threads
+        from ..topology import Topology, bind_process
+        topo = Topology.read() if config.pin != "off" else None
+        cpus, threads = config.placement(topo), config.threads
         if cpus:                         # before the weights are read: their pages on our node
-            from ..topology import Topology, bind_process
             bind_process(cpus)
-            threads = threads or Topology.read(allowed=set(cpus)).physical_cores(cpus)
+            threads = threads or topo.physical_cores(cpus)
             log.info("bound to CPUs %s (--pin %s): %d compute threads, one per core",
                      ",".join(map(str, sorted(cpus))), config.pin, threads)
         model = load_model(config.model)

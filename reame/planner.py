@@ -5,7 +5,9 @@ The planner never calls the model. `plan()` builds a `StepPlan` (vLLM's `schedul
 1. every running sequence, oldest admission first, gets its next tokens: one for a decoding
    sequence, a chunk of at most `prefill_chunk` for one still computing its prompt (or
    recomputing after a preemption), within the step's `token_budget`; decode tokens are placed
-   first, so a long prompt never delays the running sequences' next tokens;
+   first, so a long prompt never delays the running sequences' next tokens; once a prompt
+   finishes in the step, the budget left goes only to prompts that finish too (a partial chunk
+   would delay that first token and gain its own prompt nothing);
 2. each gets the KV blocks those tokens need; when the pool has none left, the most recently
    admitted sequence is *preempted*: its blocks are released (the full ones stay cached, so
    the recompute is mostly a prefix hit) and it waits again at the head of the queue;
@@ -158,7 +160,7 @@ class Planner:
         for seq in list(self.running):          # oldest first: preemption victims are newer
             if seq.state != RUNNING:
                 continue                        # preempted by an older one this step
-            n = 1 if seq.remaining == 1 else min(seq.remaining, p.prefill_chunk, budget)
+            n = 1 if seq.remaining == 1 else self._chunk(seq.remaining, budget, chunks)
             if n and (n := self._grow(seq, n, preempted)):
                 if seq.remaining == 1:
                     decode.append((seq, n))
@@ -187,6 +189,18 @@ class Planner:
             return None
         return StepPlan(Batch.build(tokens, positions, slots, rows), work, len(decode),
                         preempted, admitted)
+
+    def _chunk(self, remaining: int, budget: int, chunks: list) -> int:
+        """How many of its `remaining` prompt tokens a sequence computes this step: as many as
+        the chunk size and the budget allow, except that a chunk which would not finish its
+        prompt waits when the step already finishes another prompt. Such a partial chunk would delay that prompt's
+        first token (and every decoding sequence's next one) by its own cost and gain its own
+        prompt nothing: it finishes in a later step either way. The oldest prompt always gets
+        its chunk (nothing precedes it), so long prompts still advance every step."""
+        n = min(remaining, self.params.prefill_chunk, budget)
+        if n < remaining and any(s.remaining == k for s, k in chunks):
+            return 0
+        return n
 
     def _grow(self, seq: Seq, n: int, preempted: list) -> int:
         """Give seq the blocks for its next n tokens, preempting newer sequences when the pool
@@ -226,7 +240,8 @@ class Planner:
             free_hits = sum(1 for b in hits if self.pool.ref[b] == 0)   # taking them uses them
             fits = (self.n_running + need_slots <= p.max_batch
                     and need_blocks + free_hits + reserve <= self.pool.available)
-            if not fits:
+            todo = len(seq.tokens) - len(hits) * self.bs
+            if not fits or not self._chunk(todo, budget, chunks):
                 if seq.bypassed >= p.max_bypass:
                     break                       # nothing younger overtakes it any more
                 continue
@@ -237,7 +252,7 @@ class Planner:
             self.waiting.remove(seq)
             self._start(seq, hits)
             admitted.append(seq)
-            n = self._grow(seq, min(seq.remaining, p.prefill_chunk, budget), [])
+            n = self._grow(seq, self._chunk(seq.remaining, budget, chunks), [])
             if n:
                 chunks.append((seq, n))
                 budget -= n

@@ -160,6 +160,42 @@ def test_prefill_chunk_bounds_one_prompt_per_step():
     assert a.gen.output_ids == expected(a.tokens[:20], 5)
 
 
+def test_a_partial_chunk_does_not_delay_a_prompt_finishing_in_the_step():
+    """Two 30-token prompts, a 48-token budget: the first prompt's step carries no partial
+    chunk of the second (it would delay the first one's first token and gain the second
+    nothing: it needs a second step either way), while a prompt short enough to finish in the
+    budget left still joins. A planner that fills the budget with whatever comes next (a: 30,
+    b: 18, then b: 12) fails."""
+    p, eng = make(slots=4, token_budget=48, prefill_chunk=64)
+    rng = np.random.default_rng(7)
+    a, b = (request(p, prompt(rng, 30))[0] for _ in range(2))
+    c = request(p, prompt(rng, 10))[0]
+    plan = run_step(p, eng)
+    assert [(w.seq, w.n) for w in plan.work] == [(a, 30), (c, 10)]
+    assert b.state == WAITING and b.bypassed == 1        # c overtook it, within max_bypass
+    plan = run_step(p, eng)
+    assert [(w.seq, w.n) for w in plan.work] == [(a, 1), (c, 1), (b, 30)]
+    run_all(p, eng)
+    for s in (a, b, c):
+        assert s.gen.output_ids == expected(s.tokens[:s.n_prompt], s.gen.max_tokens)
+
+
+def test_the_oldest_prompt_advances_every_step_beside_finishing_ones():
+    """A long prompt chunked by the budget keeps its chunk in every step while short prompts
+    keep arriving and finishing beside it: the rule above never starves it."""
+    p, eng = make(slots=4, token_budget=16, prefill_chunk=64, max_batch=4)
+    rng = np.random.default_rng(8)
+    long = request(p, prompt(rng, 60), max_tokens=2)[0]
+    starts = []
+    for _ in range(5):
+        request(p, prompt(rng, 3), max_tokens=1)
+        plan = run_step(p, eng)
+        starts += [w.start for w in plan.work if w.seq is long]
+    assert starts == sorted(set(starts)) and len(starts) == 5      # one chunk in each step
+    run_all(p, eng)
+    assert long.gen.output_ids == expected(long.tokens[:60], 2)
+
+
 # ---- the prefix cache ----
 
 def test_prefix_hit_skips_the_cached_blocks():

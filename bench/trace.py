@@ -13,7 +13,10 @@ Patterns (generated from --seed, the same for every server of a run):
   a unique 10-30 token task;
 - multiturn: --conversations conversations starting as a Poisson process of --rate conv/s, of
   --turns turns each; a turn is sent when the previous one finished and resends the history
-  (previous prompt + the reply it got + a new ~270-token user message: ~3,000 tokens by turn 10).
+  (previous prompt + the reply it got + a new ~270-token user message: ~3,000 tokens by turn 10);
+  with --think S, a user pauses an exponential time of mean S seconds after each reply first
+  (without it, two conversations that once finish in the same step stay in lockstep: each
+  turn of the second waits for the first's whole prefill).
 Every request is a streamed /v1/completions call of --output-tokens tokens (temperature 0,
 end-of-generation tokens banned with logit_bias), sent at its arrival time with no client-side
 concurrency cap, never retried. The servers run one after the other: Reame (`python -m reame
@@ -161,14 +164,19 @@ def user_message(rng: random.Random, tokens: int) -> str:
 
 
 def multiturn_trace(conversations: int, turns: int, rate: float, seed: int,
-                    user_tokens: int = 270) -> list[dict]:
-    """[{"conv", "at", "user": [message of each turn]}], Poisson conversation starts."""
+                    user_tokens: int = 270, think: float = 0.0) -> list[dict]:
+    """[{"conv", "at", "user": [message of each turn], "think": [pause before each turn]}],
+    Poisson conversation starts; the pause before turns 2.. is exponential with mean `think`
+    seconds (0: each turn is sent as soon as the previous one finished)."""
     at = arrivals(conversations, rate, random.Random(f"{seed}-multiturn-arrivals"))
     out = []
     for c in range(conversations):
         rng = random.Random(f"{seed}-multiturn-{c}")
-        out.append({"conv": c, "at": at[c],
-                    "user": [user_message(rng, user_tokens) for _ in range(turns)]})
+        user = [user_message(rng, user_tokens) for _ in range(turns)]
+        pause = random.Random(f"{seed}-multiturn-think-{c}")
+        out.append({"conv": c, "at": at[c], "user": user,
+                    "think": [0.0] + [pause.expovariate(1 / think) if think > 0 else 0.0
+                                      for _ in range(turns - 1)]})
     return out
 
 
@@ -258,6 +266,7 @@ async def replay_multiturn(url: str, trace: list[dict], body: dict) -> list[dict
             await _at(t0, conv["at"])
             prompt, reply, out = "", "", []
             for k, message in enumerate(conv["user"]):
+                await asyncio.sleep(conv["think"][k])      # the user reads the reply
                 prompt = next_prompt(prompt, reply, message)
                 rec = await complete(client, url, {**body, "prompt": prompt}, t0)
                 out.append({"conv": conv["conv"], "turn": k + 1, "at": conv["at"],
@@ -443,6 +452,8 @@ def parse_args(argv):
     ap.add_argument("--requests", type=int, help="agentic requests (default 80)")
     ap.add_argument("--conversations", type=int, help="multiturn conversations (default 8)")
     ap.add_argument("--turns", type=int, help="turns per conversation (default 10)")
+    ap.add_argument("--think", type=float, default=0.0, help="multiturn: mean seconds a user "
+                    "waits after a reply before the next turn (exponential; default 0)")
     ap.add_argument("--output-tokens", type=int, help="tokens per completion (default 32)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=2, help="compute threads of each server")
@@ -487,7 +498,7 @@ def main(argv=None) -> int:
             "stream_options": {"include_usage": True}, "logit_bias": {str(i): -100 for i in eog}}
     traces = {(p, rate): agentic_trace(a.requests, rate, a.seed, a.prefix_tokens)
               if p == "agentic" else
-              multiturn_trace(a.conversations, a.turns, rate, a.seed, a.user_tokens)
+              multiturn_trace(a.conversations, a.turns, rate, a.seed, a.user_tokens, a.think)
               for p in a.patterns for rate in a.rates}
     replay = {"agentic": replay_agentic, "multiturn": replay_multiturn}
 
@@ -525,7 +536,7 @@ def main(argv=None) -> int:
     Path(a.json).parent.mkdir(parents=True, exist_ok=True)
     config = {k: getattr(a, k) for k in ("patterns", "rates", "requests", "conversations",
                                          "turns", "output_tokens", "seed", "threads",
-                                         "prefix_tokens", "user_tokens")}
+                                         "prefix_tokens", "user_tokens", "think")}
     Path(a.json).write_text(json.dumps(
         {"date": when, "command": command, "model": str(model) if model else None,
          "eog_ids": eog, "config": config,
@@ -537,7 +548,9 @@ def main(argv=None) -> int:
                 f"{a.requests} requests at the rate (Poisson), one "
                 f"~{a.prefix_tokens}-token tool prefix + a 10-30 token task; multiturn: "
                 f"{a.conversations} conversations started at the rate of {a.turns} turns "
-                f"(~{a.user_tokens} new user tokens a turn). Times in seconds; prefix hits = "
+                f"(~{a.user_tokens} new user tokens a turn"
+                + (f", {a.think} s mean pause before each" if a.think else "")
+                + "). Times in seconds; prefix hits = "
                 "cached / prompt tokens.")
         write_section(Path(a.markdown), f"Trace benchmark: {', '.join(a.patterns)} ({when})",
                       what + "\n\n" + text, "trace-" + "-".join(a.patterns))

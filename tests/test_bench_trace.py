@@ -227,6 +227,26 @@ def test_agentic_replay_sends_at_the_arrival_times_concurrently(fake):
     assert s["wall_s"] < 2 and s["tok_s"] == pytest.approx(20 / s["wall_s"])
 
 
+def test_multiturn_think_time_is_seeded_exponential_and_waited(fake):
+    """--think: a seeded exponential pause before turns 2.. (mean as asked), and the replay
+    sends a turn only that long after the previous reply ended. A pause drawn but never
+    slept, or slept before the first turn, fails."""
+    t = trace.multiturn_trace(200, 6, 2.0, seed=0, think=3.0)
+    assert t == trace.multiturn_trace(200, 6, 2.0, seed=0, think=3.0)
+    assert all(c["think"][0] == 0 and len(c["think"]) == 6 for c in t)
+    pauses = [p for c in t for p in c["think"][1:]]
+    assert statistics.mean(pauses) == pytest.approx(3.0, rel=0.1)
+    assert [c["user"] for c in t] == [c["user"] for c in trace.multiturn_trace(200, 6, 2.0, 0)]
+    srv = fake(first=0.02, gap=0.01)
+    conv = trace.multiturn_trace(1, 3, 2.0, seed=0, user_tokens=10)[0]
+    conv["think"] = [0.0, 0.3, 0.2]
+    records = sorted(asyncio.run(trace.replay_multiturn(srv.url, [conv], BODY)),
+                     key=lambda r: r["turn"])
+    assert records[0]["sent"] < 0.1
+    for a, b, pause in zip(records, records[1:], (0.3, 0.2)):
+        assert b["sent"] >= a["sent"] + a["latency"] + pause - 1e-3
+
+
 def test_multiturn_replay_appends_each_reply_and_waits_for_it(fake):
     srv = fake(first=0.1, gap=0.02)
     convs = trace.multiturn_trace(2, 3, 2.0, seed=0, user_tokens=20)

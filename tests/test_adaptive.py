@@ -426,6 +426,48 @@ def test_promoting_a_variant_live_as_a_trial_records_it():
     assert s.kernel is ks["rms_generic"] and s.base is None and s.history == [ks["rms"]]
 
 
+def _drive_trial(sizes, slowdown=1.5, **options):
+    """A KernelTuner with one class in trial, fed steps of the given token counts (a function
+    of the arm: True for the candidate); the class costs W + c n cycles per step, the
+    candidate `slowdown` times that. Returns the tuner after the trial ended (or 4000 steps)."""
+    from reame.adaptive.decide import Comparison
+    from reame.adaptive.tuner import KernelTuner, SlotClass, Trial
+    stats = np.zeros((1, 2), np.int64)
+    slots = []
+    table = SimpleNamespace(stats=stats, slots=slots,
+                            stage=lambda i, k, **kw: setattr(slots[i], "kernel", k))
+    t = KernelTuner(SimpleNamespace(table=table), explore_share=1.0, **options)
+    slots.append(SimpleNamespace(kernel=None))           # after _group: no class of its own
+    live, cand = (SimpleNamespace(spec=SimpleNamespace(label=lambda n=n: n)) for n in "LC")
+    cls = SlotClass("k@512", "512", [0], live.spec)
+    t.trial = Trial(cls, live, cand, Comparison(min_gain=0.02))
+    rng = np.random.default_rng(0)
+    for _ in range(4000):
+        if t.trial is None:
+            break
+        timed = t.before_step("512")
+        b = slots[0].kernel is cand
+        n = sizes(b, rng)
+        before = float(stats[0, 1])
+        stats[0, 1] += int((1e6 + 1e3 * n) * (slowdown if b else 1.0) * rng.uniform(0.97, 1.03))
+        t.after_step("512", n, timed, before)
+    return t, cls
+
+
+def test_a_pair_of_unlike_step_sizes_decides_nothing():
+    """The prompt program serves 17..512 tokens: a candidate 1.5x slower that happens to run on
+    the long prompt steps while the live variant runs on short ones looks 10x faster per token.
+    Pairs of unlike sizes are dropped (the trial ends undecided); with steps of like sizes the
+    same candidate is rejected. Catches pairing any two steps of a program (the tuner that
+    promoted the generic matmul for 512-token prompts in a multi-turn trace, 2026-12-02)."""
+    t, cls = _drive_trial(lambda b, rng: 400 if b else 20, max_unlike=50)
+    assert t.promoted == 0 and cls.tried == {"C": "undecided (steps of unlike sizes)"}
+    t, cls = _drive_trial(lambda b, rng: int(rng.integers(290, 320)))
+    assert t.promoted == 0 and cls.tried["C"].startswith("rejected")
+    t, cls = _drive_trial(lambda b, rng: int(rng.integers(290, 320)), slowdown=0.8)
+    assert t.promoted == 1
+
+
 def test_scheduler_feeds_the_batch_tuner_and_the_batch_is_saved(model, tmp_path):
     """The scheduler tells the runtime how many sequences run and wait at every step (catches:
     a runtime never told that requests wait, whose batch can never grow); a saturated server

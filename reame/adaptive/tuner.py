@@ -11,7 +11,9 @@ well-averaged sample. The tuner, called by the engine thread at every step bound
    numerically at every count its slots serve (`DispatchTable.verify`: a wrong variant never
    goes live),
 3. explores: on a bounded share of steps, live variant and candidate alternate in pairs of
-   steps of the same program (trial staging: no history), timed per token; a paired,
+   steps of the same program and of like sizes (trial staging: no history), timed per token
+   (a pair of a long prompt step and a short decode step is dropped: time per token depends
+   on the step's size); a paired,
    sequential test (decide.Comparison) promotes the candidate when it is confidently faster
    or rejects it,
 4. confirms a promotion later with a fresh comparison against the variant it replaced and
@@ -65,14 +67,23 @@ class Trial:
     comparison: Comparison
     confirming: bool = False                  # comparing a promoted variant with its previous
     pending_a: float | None = None            # the first half of a pair
+    pending_n: int = 0                        # its token count
+    unlike: int = 0                           # pairs dropped: steps of unlike sizes
     order_ab: bool = True                     # this pair runs A first
     slow_pairs: int = 0
 
 
 class KernelTuner:
     def __init__(self, engine, explore_share: float = 0.25, jitter: float = 0.3,
-                 min_share: float = 0.02, min_gain: float = 0.02, confirm_after: int = 400):
+                 min_share: float = 0.02, min_gain: float = 0.02, confirm_after: int = 400,
+                 like_sizes: float = 1.15, max_unlike: int = 400):
         self.engine, self.table = engine, engine.table
+        # a pair compares two steps only when their token counts are within like_sizes of
+        # each other: a kernel's time per token depends on the step's size (its weights are
+        # read once per step), so a 300-token prompt step against a 20-token decode step of the
+        # same program says nothing about the variants; after max_unlike dropped pairs the
+        # trial ends undecided
+        self.like_sizes, self.max_unlike = like_sizes, max_unlike
         self.explore_share, self.jitter = explore_share, jitter
         self.min_share, self.min_gain, self.confirm_after = min_share, min_gain, confirm_after
         self.classes: dict[str, SlotClass] = {}
@@ -152,10 +163,18 @@ class KernelTuner:
             return
         cyc = float(self.table.stats[t.cls.slots, 1].sum() - before) / max(1, n_tokens)
         if self._phase == 0:
-            t.pending_a = cyc
+            t.pending_a, t.pending_n = cyc, n_tokens
             t.pending_is_b = self._arm_b
             return
         if t.pending_a is None:
+            return
+        if max(n_tokens, t.pending_n) > self.like_sizes * min(n_tokens, t.pending_n):
+            t.pending_a = None                   # unlike steps: no pair (the order stays)
+            t.unlike += 1
+            if t.unlike >= self.max_unlike:
+                if not t.confirming:
+                    t.cls.tried[t.cand.spec.label()] = "undecided (steps of unlike sizes)"
+                self._end_trial(None)
             return
         a, b = (cyc, t.pending_a) if t.pending_is_b else (t.pending_a, cyc)
         t.pending_a = None

@@ -15,7 +15,8 @@ phases, so the gain it could find at best is known before a long serving run is 
   sequences at position `--context`, the median of 9 rounds over the levels; against the
   default batch (16);
 - **prompt chunk** (documents: prefill-bound): a `--document`-token prompt computed in chunks of
-  each `--chunks` size, best of 2 rounds, time per prompt token; against the default chunk (512);
+  each `--chunks` size, best of 3 rounds over the sizes, time per prompt token; against the
+  default chunk (512);
 - **kernels**: for the `--classes` hottest classes of the default decode program (batch 16) and
   of the prompt program, every candidate the online tuner would try (the op's other families and
   tiles for the same type and shape, checked numerically first), put live on the whole class
@@ -85,15 +86,15 @@ def batch_lever(eng, n_vocab, levels, context, rounds: int = 9) -> dict:
 
 def chunk_lever(eng, n_vocab, document, chunks) -> dict:
     toks = prompt_tokens(n_vocab, document, seed=7)
-    out = {}
-    for c in chunks:
-        best = float("inf")
-        for _ in range(2):
+    out = {c: float("inf") for c in chunks}
+    for _ in range(3):                                       # rounds over the sizes: drift
+        for c in chunks:                                     # hits each alike
             t = time.perf_counter()
             for s in range(0, document, c):
                 eng.forward(Batch.prefill(toks[s:s + c], s, 0))
-            best = min(best, time.perf_counter() - t)
-        out[c] = best
+            out[c] = min(out[c], time.perf_counter() - t)
+    for c in chunks:
+        best = out[c]
         print(f"  chunk {c:4d}: {document}-token prompt {best:6.2f} s, "
               f"{1e3 * best / document:5.2f} ms per token", flush=True)
     return {"prompt_s": out, "per_token_ms": {c: 1e3 * t / document for c, t in out.items()}}

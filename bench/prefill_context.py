@@ -5,7 +5,8 @@ What the multi-turn trace's tenth turn does without the server around it: `--new
 `--cached` positions are already in the KV cache, against the same chunk at position 0 (the
 first turn). The JIT engine over the trace benchmark's model (bench/synth.py shape:mix, default
 the Qwen2.5-0.5B-shaped Q8_0 file bench/trace.py serves), with each `--attn-type`; time of the
-chunk's forward step, best of `--rounds`.
+chunk's forward step, best of `--rounds`, and of that step the thread-seconds spent in each op
+site's kernels (the dispatch table's per-slot timings: where the cached context's cost goes).
 
     python -m bench.prefill_context [--new 310] [--cached 0,2800] [--attn-type f32,bf16]
                                     [--threads 2] [--rounds 3] [--json PATH]
@@ -25,6 +26,20 @@ from reame.jit.engine import JITEngine
 from reame.model import load_model
 
 
+def op_seconds(stats: list[dict]) -> dict:
+    """Thread-seconds inside the kernels per op site (`attn`, `ffn_up.weight`, ...: the slot's
+    name without its layer and program), summed over layers."""
+    out: dict[str, float] = {}
+    for s in stats:
+        if s["calls"]:
+            parts = s["slot"].split("@")[0].split(".")        # blk.3.ffn_up.weight@512
+            if parts[0] == "blk":
+                parts = parts[2:]
+            site = ".".join(parts)
+            out[site] = out.get(site, 0.0) + s["seconds"]
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+
+
 def run(model, attn_type: str, new: int, cached: list[int], threads: int, rounds: int,
         chunk: int = 512) -> dict:
     n_ctx = max(cached) + new + 64
@@ -34,17 +49,24 @@ def run(model, attn_type: str, new: int, cached: list[int], threads: int, rounds
         kinds = sorted({f"{s.kernel.spec.family}/{s.kernel.spec.dtype}" for s in eng.table.slots
                         if s.name.endswith(f".attn@{eng.buckets[-1]}")})
         toks = prompt_tokens(model.config.n_vocab, max(cached) + new, seed=1)
-        out = {"attn_type": eng.attn_type, "prompt_attention": kinds, "seconds": {}}
+        out = {"attn_type": eng.attn_type, "prompt_attention": kinds, "seconds": {},
+               "op_seconds": {}}
         eng.forward(Batch.prefill(toks[:new], 0, 0))        # warm-up (first-call costs)
         for c in cached:
             for s in range(0, c, chunk):                    # the cached context, in chunks
                 eng.forward(Batch.prefill(toks[s:min(c, s + chunk)], s, 0))
             best = float("inf")
+            eng.sample_every = 1                            # per-op timings of every step
             for _ in range(rounds):                         # the same chunk again: same work
+                eng.table.reset_stats()
                 t = time.perf_counter()
                 eng.forward(Batch.prefill(toks[c:c + new], c, 0))
-                best = min(best, time.perf_counter() - t)
+                dt = time.perf_counter() - t
+                if dt < best:
+                    best, ops = dt, op_seconds(eng.table.slot_stats())
+            eng.sample_every = 0
             out["seconds"][c] = best
+            out["op_seconds"][c] = ops
         return out
     finally:
         eng.close()
@@ -75,6 +97,10 @@ def main(argv=None) -> int:
               + ", ".join(f"{a.new} new after {c} cached {secs[c]:.3f} s"
                           + (f" ({secs[c] / base:.2f}x)" if c != cached[0] else "")
                           for c in cached), flush=True)
+        for c in cached:
+            ops = r["op_seconds"][c]
+            top = ", ".join(f"{k} {v:.3f}" for k, v in list(ops.items())[:4])
+            print(f"    after {c} cached, thread-seconds in kernels: {top}", flush=True)
     if a.json:
         Path(a.json).write_text(json.dumps(
             {"date": time.strftime("%Y-%m-%d %H:%M"), "model": str(path), "new": a.new,

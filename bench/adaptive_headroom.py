@@ -156,6 +156,13 @@ def kernel_lever(eng, tuner, batch: Batch, classes: int, pairs: int) -> dict:
     return {"program": program, "classes": out, "step_ratio_bound": 1 - gain}
 
 
+def best_setting(lever: dict, default) -> tuple:
+    """The setting with the lowest time per token, and the default's time over its time."""
+    pt = lever["per_token_ms"]
+    best = min(pt, key=pt.get)
+    return best, pt[default] / pt[best]
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.adaptive_headroom",
                                  description=__doc__.split("\n")[0])
@@ -207,15 +214,11 @@ def main(argv=None) -> int:
     best_b = best_c = None
     phases = {"chat (decode)": {}, "documents (prefill)": {}}
     if batch:
-        pt = batch["per_token_ms"]
-        best_b = min(pt, key=pt.get)
-        phases["chat (decode)"]["batch"] = pt[DEFAULT_BATCH] / pt[best_b]
+        best_b, phases["chat (decode)"]["batch"] = best_setting(batch, DEFAULT_BATCH)
     if kdec:
         phases["chat (decode)"]["kernels"] = 1 / kdec["step_ratio_bound"]
     if chunk:
-        ct = chunk["per_token_ms"]
-        best_c = min(ct, key=ct.get)
-        phases["documents (prefill)"]["chunk"] = ct[DEFAULT_CHUNK] / ct[best_c]
+        best_c, phases["documents (prefill)"]["chunk"] = best_setting(chunk, DEFAULT_CHUNK)
     if kpre:
         phases["documents (prefill)"]["kernels"] = 1 / kpre["step_ratio_bound"]
     print("\n| phase | lever | best | throughput bound vs default |\n|---|---|---|---|")

@@ -58,13 +58,10 @@ def decode_batch(n_vocab: int, b: int, context: int, seed: int = 0) -> Batch:
     return Batch.build(toks, [context] * b, list(range(b)))
 
 
-def step_time(eng, batch: Batch, reps: int) -> float:
-    ts = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        eng.forward(batch)
-        ts.append(time.perf_counter() - t)
-    return statistics.median(ts)
+def step_time(eng, batch: Batch) -> float:
+    t = time.perf_counter()
+    eng.forward(batch)
+    return time.perf_counter() - t
 
 
 def batch_lever(eng, n_vocab, levels, context, rounds: int = 9) -> dict:
@@ -76,7 +73,7 @@ def batch_lever(eng, n_vocab, levels, context, rounds: int = 9) -> dict:
     times = {b: [] for b in levels}
     for _ in range(rounds):
         for b, batch in batches.items():
-            times[b].append(step_time(eng, batch, 1))
+            times[b].append(step_time(eng, batch))
     out = {b: statistics.median(ts) for b, ts in times.items()}
     for b in levels:
         print(f"  batch {b:3d}: step {1e3 * out[b]:7.1f} ms, "
@@ -104,10 +101,16 @@ def kernel_lever(eng, tuner, batch: Batch, classes: int, pairs: int) -> dict:
     """The hottest classes of the program serving `batch`; each candidate's step-time ratio."""
     program = str(eng._bucket_of[len(batch.tokens)])
     eng.table.reset_stats()
-    eng.sample_every = 1
+    eng.sample_every = 1                                     # every step timed per slot
+    try:
+        return _kernel_lever(eng, tuner, batch, program, classes, pairs)
+    finally:
+        eng.sample_every = 0
+
+
+def _kernel_lever(eng, tuner, batch, program, classes, pairs) -> dict:
     for _ in range(3):
         eng.forward(batch)
-    eng.sample_every = 0
     hot = [c for c in tuner.hot() if c.program == program][:classes]
     total = sum(c.seconds for c in tuner.classes.values() if c.program == program) or 1.0
     hz = cycle_hz()
@@ -124,7 +127,6 @@ def kernel_lever(eng, tuner, batch: Batch, classes: int, pairs: int) -> dict:
                 row["candidates"].append({"kernel": spec.label(), "refused": str(e)[:120]})
                 continue
             ratios = []
-            eng.sample_every = 1                             # every step timed per slot
             for i in range(pairs):
                 ts, cyc = {}, {}
                 for arm in ((k, live) if i % 2 else (live, k)):
@@ -139,7 +141,6 @@ def kernel_lever(eng, tuner, batch: Batch, classes: int, pairs: int) -> dict:
                 # by that difference; a step's wall time alone scatters more than the gain
                 saved = (cyc[False] - cyc[True]) / hz / eng.threads
                 ratios.append(1 - saved / ts[False])
-            eng.sample_every = 0
             for s in cls.slots:
                 eng.table.stage(s, live, verify=False, record=False)
             row["candidates"].append({"kernel": spec.label(),

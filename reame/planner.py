@@ -193,9 +193,9 @@ class Planner:
     def _chunk(self, remaining: int, budget: int, chunks: list) -> int:
         """How many of its `remaining` prompt tokens a sequence computes this step: as many as
         the chunk size and the budget allow, except that a chunk which would not finish its
-        prompt waits when the step already finishes another prompt. Such a partial chunk would delay that prompt's
-        first token (and every decoding sequence's next one) by its own cost and gain its own
-        prompt nothing: it finishes in a later step either way. The oldest prompt always gets
+        prompt waits when the step already finishes another prompt. Such a partial chunk would
+        delay that prompt's first token (and every decoding sequence's next one) by its own cost
+        and gain its own prompt nothing: it finishes in a later step either way. The oldest prompt always gets
         its chunk (nothing precedes it), so long prompts still advance every step."""
         n = min(remaining, self.params.prefill_chunk, budget)
         if n < remaining and any(s.remaining == k for s, k in chunks):
@@ -240,8 +240,8 @@ class Planner:
             free_hits = sum(1 for b in hits if self.pool.ref[b] == 0)   # taking them uses them
             fits = (self.n_running + need_slots <= p.max_batch
                     and need_blocks + free_hits + reserve <= self.pool.available)
-            todo = len(seq.tokens) - len(hits) * self.bs
-            if not fits or not self._chunk(todo, budget, chunks):
+            n = self._chunk(len(seq.tokens) - len(hits) * self.bs, budget, chunks)
+            if not fits or not n:
                 if seq.bypassed >= p.max_bypass:
                     break                       # nothing younger overtakes it any more
                 continue
@@ -252,7 +252,7 @@ class Planner:
             self.waiting.remove(seq)
             self._start(seq, hits)
             admitted.append(seq)
-            n = self._grow(seq, self._chunk(seq.remaining, budget, chunks), [])
+            n = self._grow(seq, n, [])          # its remaining tokens: those past its hits
             if n:
                 chunks.append((seq, n))
                 budget -= n

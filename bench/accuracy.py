@@ -1,15 +1,16 @@
 """Numerical agreement with the f32 reference: Reame's two matmul paths beside llama.cpp.
 
     python -m bench.accuracy [--llama-python PATH] [--only LABEL] [--json PATH]
-                             [--markdown docs/benchmarks.md] [--attn-bf16]
+                             [--markdown docs/benchmarks.md]
 
 For every quantised model of the tests (the tiny llama / qwen2 / qwen3 synthetic shapes in every
 quantised mix, random weights, 256 random tokens) and stories260K requantised to the legacy
 types (a trained model on 256 tokens of its own text), the logits at every position from:
 - the numpy reference engine in float32 (weights dequantised by gguf): the oracle;
 - Reame's JIT with `--act-type q8` (activations rounded to 8 bits, integer dot products: the
-  default, llama.cpp's numerics) and `--act-type f32` (float activations); with --attn-bf16,
-  also the default with `--attn-type bf16` (prompt attention on AMX-BF16 tiles);
+  default, llama.cpp's numerics) and `--act-type f32` (float activations), both with f32
+  attention; where the CPU has AMX-BF16, also `--act-type q8 --attn-type bf16` (prompt attention
+  on AMX-BF16 tiles): the default there (`--attn-type auto`);
 - llama.cpp through llama-cpp-python on the same file (when it imports here, or in
   `--llama-python` / $REAME_LLAMA_PYTHON), f32 KV cache, all 256 positions in one batch.
 Per engine and file: the share of positions whose top-1 token is the reference's, and the
@@ -37,7 +38,7 @@ SHAPES = ("tiny-llama", "tiny-qwen2", "tiny-qwen3")
 STORIES_TYPES = ("Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1")
 MARKS = ("<!-- bench.accuracy:begin -->", "<!-- bench.accuracy:end -->")
 ENGINES = ("reame q8", "reame f32", "reame q8 bf16-attn", "llama.cpp")
-BF16 = "reame q8 bf16-attn"        # --attn-bf16: the default with `--attn-type bf16` (AMX-BF16)
+BF16 = "reame q8 bf16-attn"        # `--attn-type bf16`: the default on CPUs with AMX-BF16
 
 
 def models(where: Path, only: str | None = None) -> list[tuple[str, Path, list[int]]]:
@@ -87,9 +88,7 @@ def reame_logits(path: Path, toks: list[int], threads: int,
             eng = JITEngine(model, n_ctx=N_POS, max_seqs=1, threads=threads,
                             int_dot=act == "q8", max_logits=N_POS,
                             attn_type="bf16" if label == BF16 else "f32")
-            if label == BF16 and eng.attn_type != "bf16":
-                raise SystemExit("--attn-bf16: this CPU has no AMX-BF16 (the engine fell back "
-                                 "to f32 attention)")
+            assert eng.attn_type == ("bf16" if label == BF16 else "f32")
         else:
             eng = create_engine(model, engine, n_ctx=N_POS, max_seqs=1, act_type=act)
         out[label] = eng.forward(Batch.prefill(toks, 0, 0, all_logits=True))
@@ -132,10 +131,12 @@ def markdown(rows: list[dict], when: str, have_llama: bool) -> str:
     head = " | ".join(f"{e} top-1 / min cosine" for e in engines)
     lines = [f"Measured {when} by `python -m bench.accuracy`: the share of {N_POS} positions "
              "whose top-1 token is the f32 reference engine's, and the lowest cosine similarity "
-             "of the logits. `reame q8` is the default (8-bit activations, integer dot products, "
-             "as llama.cpp); `reame f32` is `--act-type f32`"
-             + ("; `reame q8 bf16-attn` is the default with `--attn-type bf16` (prompt "
-                "attention on AMX-BF16 tiles)" if any(BF16 in r for r in rows) else "")
+             "of the logits. `reame q8` is `--act-type q8 --attn-type f32` (8-bit activations, "
+             "integer dot products, as llama.cpp; f32 attention: the default on CPUs without "
+             "AMX-BF16); `reame f32` is `--act-type f32 --attn-type f32`"
+             + ("; `reame q8 bf16-attn` is `--act-type q8 --attn-type bf16` (prompt attention "
+                "on AMX-BF16 tiles: the default on CPUs with AMX-BF16, this one)"
+                if any(BF16 in r for r in rows) else "")
              + ".", "",
              f"| model | {head} |", "|---|" + "---|" * len(engines)]
     for r in rows:
@@ -161,8 +162,6 @@ def main(argv=None) -> int:
     p.add_argument("--json", default=str(REPO / "bench" / "results" / "accuracy.json"))
     p.add_argument("--markdown", default=str(REPO / "docs" / "benchmarks.md"))
     p.add_argument("--only", default=None, help="only the models whose label contains this")
-    p.add_argument("--attn-bf16", action="store_true", help="also the default engine with "
-                   "--attn-type bf16 (CPUs with AMX-BF16)")
     p.add_argument("--worker", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.worker:
@@ -179,9 +178,12 @@ def main(argv=None) -> int:
             for i, (_, path, toks) in enumerate(todo)]
     if py:
         llama_logits(py, jobs, a.threads)
+    from reame.codegen.isa import detect
+    from reame.jit.select import bf16_attention
+    bf16 = bf16_attention(detect())             # the default's attention here: measure it too
     rows = []
     for (label, path, toks), job in zip(todo, jobs):
-        got = reame_logits(path, toks, a.threads, a.attn_bf16)
+        got = reame_logits(path, toks, a.threads, bf16)
         ref = got.pop("reference")
         row = {"model": label, "file": path.name}
         for name, logits in got.items():

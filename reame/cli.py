@@ -137,9 +137,10 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
                         "products as llama.cpp (fastest), f32 = float activations, matching the "
                         "f32 reference (slower) (default: q8 for jit, f32 for reference)")
     p.add_argument("--attn-type", choices=ATTN_TYPES, default=None,
-                   help="attention precision of prompt chunks: f32, or bf16 = AMX-BF16 tiles "
-                        "(q, k, v and softmax weights rounded to bf16; faster at long contexts; "
-                        "jit engine, CPUs with AMX, else f32 with a warning) (default: f32)")
+                   help="attention precision of prompt chunks: bf16 = AMX-BF16 tiles (q, k, v "
+                        "and softmax weights rounded to bf16; faster at long contexts; jit "
+                        "engine, CPUs with AMX, else f32 with a warning), f32, or auto = bf16 "
+                        "where the CPU has AMX-BF16, else f32 (default: auto)")
     p.add_argument("--isa", default=None, metavar="LEVEL",
                    help="build kernels for a lower ISA level (generic, avx2, avx512, ...; "
                         "default: this CPU's highest, or $REAME_ISA)")

@@ -16,13 +16,15 @@ DEFAULT_ENGINE = "jit"
 # the f32 reference engine (its default) at the cost of speed. See docs/engine.md.
 ACT_TYPES = ("q8", "f32")
 DEFAULT_ACT_TYPE = {"jit": "q8", "reference": "f32"}
-# Attention precision of prompt-chunk programs (`--attn-type`): "f32" everywhere (the default),
-# or "bf16": the JIT's prompt chunks run attn_prefill's AMX-BF16 family (q, k, v and the softmax
-# weights rounded to bf16, sums in f32: docs/kernels-attention.md) where the CPU has AMX; without
-# AMX the engine logs a warning and keeps f32. Decode steps and windowed / soft-capped layers
-# stay f32. Chosen in one place: reame/jit/select.py attn_prefill_spec.
-ATTN_TYPES = ("f32", "bf16")
-DEFAULT_ATTN_TYPE = "f32"
+# Attention precision of prompt-chunk programs (`--attn-type`): "bf16" runs the JIT's prompt
+# chunks on attn_prefill's AMX-BF16 family (q, k, v and the softmax weights rounded to bf16, sums
+# in f32: docs/kernels-attention.md), where the CPU has AMX-BF16 (without it the engine logs a
+# warning and keeps f32); "f32" everywhere; "auto" (the default) is bf16 where the CPU has
+# AMX-BF16, else f32, without a warning (the reference engine: always f32). Decode steps and
+# windowed / soft-capped layers stay f32. Chosen in one place: reame/jit/select.py
+# attn_prefill_spec.
+ATTN_TYPES = ("auto", "f32", "bf16")
+DEFAULT_ATTN_TYPE = "auto"
 
 
 def create_engine(model, name: str = DEFAULT_ENGINE, *, n_ctx: int | None = None,
@@ -32,7 +34,7 @@ def create_engine(model, name: str = DEFAULT_ENGINE, *, n_ctx: int | None = None
                   attn_type: str | None = None):
     """An engine over a loaded model (`cpus`: the JIT's compute thread i pinned to cpus[i]). n_ctx (context per sequence) defaults to min(trained
     context, 4096); act_type (one of ACT_TYPES) to the engine's DEFAULT_ACT_TYPE; attn_type (one
-    of ATTN_TYPES, the JIT's only) to DEFAULT_ATTN_TYPE; the KV pool to kv_blocks blocks of
+    of ATTN_TYPES; bf16 the JIT's only) to DEFAULT_ATTN_TYPE; the KV pool to kv_blocks blocks of
     block_size positions (default: n_ctx for each of max_seqs slots)."""
     if name not in ENGINES:
         raise ReameError(f"unknown engine {name!r} (choose from: {', '.join(ENGINES)})")
@@ -43,6 +45,8 @@ def create_engine(model, name: str = DEFAULT_ENGINE, *, n_ctx: int | None = None
     if attn_type not in ATTN_TYPES:
         raise ReameError(f"unknown attention type {attn_type!r} "
                          f"(choose from: {', '.join(ATTN_TYPES)})")
+    if attn_type == "auto" and name != "jit":
+        attn_type = "f32"
     if attn_type != "f32" and name != "jit":
         raise ReameError(f"--attn-type {attn_type} needs the jit engine (the {name} engine's "
                          "attention is f32)")

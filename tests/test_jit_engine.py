@@ -186,23 +186,26 @@ def _amx_missing():
 
 def test_attn_type_reaches_the_prompt_kernel(synth_dir, caplog):
     """--attn-type (engine option attn_type): bf16 makes the prompt-chunk program's attention
-    sites run attn_prefill's amx family with dtype BF16, and nothing else; f32 (the default)
-    never does; unknown values are refused. Without AMX (a forced lower level here) bf16 logs a
-    warning and stays f32."""
+    sites run attn_prefill's amx family with dtype BF16, and nothing else; f32 never does; auto
+    (the default) is bf16 where the CPU has AMX-BF16 and f32 below it, silently; the reference
+    engine takes auto as f32 and refuses bf16; unknown values are refused. Without AMX (a forced
+    lower level here) bf16 logs a warning and stays f32."""
     import logging
     from reame.codegen.isa import detect
     from reame.engines import create_engine
     from reame.errors import ReameError
     model = load_model(synth_model(synth_dir, "tiny-qwen2", "Q8_0"))
     kw = dict(n_ctx=256, max_seqs=2, threads=1)
-    eng = create_engine(model, "jit", **kw)
+    eng = create_engine(model, "jit", attn_type="f32", **kw)
     try:
         assert eng.attn_type == "f32"
         assert all(dt == "F32" and fam != "amx" for fam, dt in _attn_sites(eng).values())
     finally:
         eng.close()
-    if not _amx_missing():
-        eng = create_engine(model, "jit", attn_type="bf16", **kw)
+    for how in ({"attn_type": "bf16"}, {}):              # asked for, and the default (auto)
+        if _amx_missing():
+            break
+        eng = create_engine(model, "jit", **how, **kw)
         try:
             sites = _attn_sites(eng)
             prompt = max(sites)
@@ -223,17 +226,22 @@ def test_attn_type_reaches_the_prompt_kernel(synth_dir, caplog):
             eng.close()
     lower = detect().at(detect().levels[-2]) if detect().has("amx") else detect()
     if not lower.has("amx"):                    # a level without AMX: here, or forced lower
-        with caplog.at_level(logging.WARNING, logger="reame.jit"):
-            eng = JITEngine(model, isa=lower, attn_type="bf16", **kw)
-        try:
-            assert eng.attn_type == "f32" and "attention stays f32" in caplog.text
-            assert all(dt == "F32" for _, dt in _attn_sites(eng).values())
-        finally:
-            eng.close()
+        for at, warned in (("bf16", True), ("auto", False)):
+            caplog.clear()
+            with caplog.at_level(logging.WARNING, logger="reame.jit"):
+                eng = JITEngine(model, isa=lower, attn_type=at, **kw)
+            try:
+                assert eng.attn_type == "f32"
+                assert ("attention stays f32" in caplog.text) == warned
+                assert all(dt == "F32" for _, dt in _attn_sites(eng).values())
+            finally:
+                eng.close()
     with pytest.raises(ReameError, match="attention type"):
         create_engine(model, "jit", attn_type="fp8", **kw)
     with pytest.raises(ReameError, match="needs the jit engine"):
         create_engine(model, "reference", attn_type="bf16", n_ctx=64, max_seqs=1)
+    ref = create_engine(model, "reference", n_ctx=64, max_seqs=1)     # auto: the f32 oracle
+    assert getattr(ref, "attn_type", "f32") == "f32"
 
 
 # the engine-level accuracy of bf16 attention (SmolLM2-135M, 320 tokens after 1024 cached):

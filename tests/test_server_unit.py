@@ -204,11 +204,11 @@ def engine_factory_kwargs(cfg, monkeypatch):
 
 
 def test_attn_type_setting_reaches_the_engine(stories_path, monkeypatch):
-    """REAME_ATTN_TYPE / --attn-type: read, checked, f32 by default, handed to create_engine;
+    """REAME_ATTN_TYPE / --attn-type: read, checked, auto by default, handed to create_engine;
     `reame serve --attn-type bf16` puts it in the config."""
     from reame.errors import ReameError
     from reame.server import service
-    assert ServerConfig.from_env({}, model=stories_path).attn_type == "f32"
+    assert ServerConfig.from_env({}, model=stories_path).attn_type == "auto"
     cfg = ServerConfig.from_env({"REAME_ATTN_TYPE": "bf16"}, model=stories_path)
     assert cfg.attn_type == "bf16"
     assert ServerConfig.from_env({"REAME_ATTN_TYPE": "bf16"}, model=stories_path,

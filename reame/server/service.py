@@ -432,5 +432,7 @@ def engine_factory(config: ServerConfig) -> Callable[[], object]:
                  str(start) if start == slots else
                  f"{start} to start with, up to {slots} (the adaptive runtime grows the batch "
                  "while requests wait)" if config.adaptive == "on" else str(start))
+        log.info("prompt attention: %s (--attn-type %s)", getattr(engine, "attn_type", "f32"),
+                 config.attn_type)
         return engine
     return build

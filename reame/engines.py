@@ -20,7 +20,8 @@ DEFAULT_ACT_TYPE = {"jit": "q8", "reference": "f32"}
 # chunks on attn_prefill's AMX-BF16 family (q, k, v and the softmax weights rounded to bf16, sums
 # in f32: docs/kernels-attention.md), where the CPU has AMX-BF16 (without it the engine logs a
 # warning and keeps f32); "f32" everywhere; "auto" (the default) is bf16 where the CPU has
-# AMX-BF16, else f32, without a warning (the reference engine: always f32). Decode steps and
+# AMX-BF16 and activations are q8, else f32, without a warning (`--act-type f32`, chosen to
+# match the f32 reference, keeps f32 attention too; the reference engine: always f32). Decode steps and
 # windowed / soft-capped layers stay f32. Chosen in one place: reame/jit/select.py
 # attn_prefill_spec.
 ATTN_TYPES = ("auto", "f32", "bf16")

@@ -187,8 +187,8 @@ def _amx_missing():
 def test_attn_type_reaches_the_prompt_kernel(synth_dir, caplog):
     """--attn-type (engine option attn_type): bf16 makes the prompt-chunk program's attention
     sites run attn_prefill's amx family with dtype BF16, and nothing else; f32 never does; auto
-    (the default) is bf16 where the CPU has AMX-BF16 and f32 below it, silently; the reference
-    engine takes auto as f32 and refuses bf16; unknown values are refused. Without AMX (a forced
+    (the default) is bf16 where the CPU has AMX-BF16 and f32 below it, silently, and f32 with
+    f32 activations; the reference engine takes auto as f32 and refuses bf16; unknown values are refused. Without AMX (a forced
     lower level here) bf16 logs a warning and stays f32."""
     import logging
     from reame.codegen.isa import detect
@@ -242,6 +242,12 @@ def test_attn_type_reaches_the_prompt_kernel(synth_dir, caplog):
         create_engine(model, "reference", attn_type="bf16", n_ctx=64, max_seqs=1)
     ref = create_engine(model, "reference", n_ctx=64, max_seqs=1)     # auto: the f32 oracle
     assert getattr(ref, "attn_type", "f32") == "f32"
+    eng = create_engine(model, "jit", act_type="f32", **kw)     # the reference's numerics: f32
+    try:
+        assert eng.attn_type == "f32"
+        assert all(dt == "F32" for _, dt in _attn_sites(eng).values())
+    finally:
+        eng.close()
 
 
 # the engine-level accuracy of bf16 attention (SmolLM2-135M, 320 tokens after 1024 cached):

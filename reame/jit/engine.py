@@ -56,14 +56,15 @@ class JITEngine:
         """`cpus`: pin compute thread i to cpus[i] (reame/topology.py); None: threads float.
         `attn_type`: "f32", or "bf16" for prompt-chunk programs' attention on AMX-BF16 tiles
         (select.attn_prefill_spec; without AMX a warning is logged and attention stays f32), or
-        "auto": bf16 where this ISA has AMX-BF16, else f32 (reame.engines.ATTN_TYPES)."""
+        "auto": bf16 where this ISA has AMX-BF16 and activations are q8 (int_dot), else f32
+        (reame.engines.ATTN_TYPES)."""
         self.model, self.config = model, model.config
         c = self.config
         self.isa = isa or detect()
         if attn_type not in ("auto", "f32", "bf16"):
             raise ValueError(f"attn_type {attn_type!r}: must be auto, f32 or bf16")
-        if attn_type == "auto":
-            attn_type = "bf16" if bf16_attention(self.isa) else "f32"
+        if attn_type == "auto":     # f32 activations ask for the reference's numerics: f32 too
+            attn_type = "bf16" if int_dot and bf16_attention(self.isa) else "f32"
         if attn_type == "bf16" and not bf16_attention(self.isa):
             log.warning("--attn-type bf16 needs AMX-BF16 tiles (ISA level amx and the OS's "
                         "permission to use them); this CPU runs at level %s: attention stays "

@@ -10,11 +10,14 @@ On an x86-64 (or any) Linux host with qemu-user-static, without binfmt_misc or a
    (~/.cache/reame/arm64, or $REAME_ARM64_CACHE), built once per version stamp (ROOT_STAMP);
    qemu-user-static and debootstrap are installed with apt-get when missing (as root, or
    through `sudo -n`; --no-apt forbids it);
-2. Reame's dependencies (pyproject's, with the `test` extra) as aarch64 wheels, installed by the
-   host's pip (`--platform manylinux..._aarch64 --target`, the host's CA bundle) into a site
-   directory keyed by the requirements, the guest's Python and glibc; Reame itself is this
-   checkout, mapped as `pip install -e .` maps it (a finder in the guest's sitecustomize);
-3. the guest's Python (`qemu-aarch64-static -L <root> <root>/usr/bin/python3.X`) runs:
+2. Reame's dependencies (pyproject's, with the `test` extra), pip and the build backend
+   (build-system.requires) as aarch64 wheels, installed by the host's pip (`--platform
+   manylinux..._aarch64 --target`, the host's CA bundle) into a site directory keyed by
+   the requirements, the guest's Python and glibc; Reame itself is this
+   checkout, mapped as `pip install -e .` maps it (a finder imported by a .pth in a
+   virtual environment of the guest's Python);
+3. the guest's Python (`qemu-aarch64-static -L <root> <boot>/bin/python3.X`, a venv of the
+   root's /usr/bin/python3.X) runs:
    - detection: the levels must include neon, dotprod, i8mm and sve (qemu's default CPU reports
      asimddp, i8mm, sve, sve2 in HWCAP/HWCAP2);
    - kernels: tests/test_kernels_arm.py (every ARM family x type x tile at its own level) and,
@@ -178,9 +181,18 @@ def build_root(cache: Path, mirror: str, rebuild: bool) -> tuple[Path, dict]:
 
 # ------------------------------------------------------------------------- aarch64 packages
 def requirements() -> list[str]:
+    """pyproject's dependencies with the `test` extra, and the guest's own packaging tools:
+    pip and the build backend (build-system.requires; Debian's python3 in the root has
+    neither, and tests/test_install.py runs `python -m pip wheel` / `pip install --target`).
+    Pure-Python wheels, installed like the rest by the host's pip into the site directory, so
+    a cached root filesystem needs no rebuild (the site directory's key changes with this
+    list) and the root needs no python3-pip (whose Debian packages would want their
+    maintainer scripts run in the guest)."""
     import tomllib
-    p = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
-    return sorted(p["dependencies"] + p["optional-dependencies"]["test"])
+    t = tomllib.loads((REPO / "pyproject.toml").read_text())
+    p = t["project"]
+    tools = ["pip", *t["build-system"]["requires"]]
+    return sorted(p["dependencies"] + p["optional-dependencies"]["test"] + tools)
 
 
 def platform_tags(glibc: str) -> list[str]:
@@ -234,9 +246,12 @@ def build_site(cache: Path, facts: dict, reinstall: bool) -> Path:
     return site
 
 
-SITECUSTOMIZE = '''\
-# written by bench/arm64_check.py: the aarch64 wheels, and Reame from {repo!r} mapped as
-# `pip install -e .` maps it (pyproject's package-dir: reame.codegen is codegen/, ...)
+BOOT_MODULE = '''\
+# written by bench/arm64_check.py, imported by _reame_arm64.pth in the guest's virtual
+# environment (so also under `python -I`, as a venv's site-packages are): the aarch64 wheels,
+# and Reame from {repo!r} mapped as `pip install -e .` maps it (pyproject's package-dir:
+# reame.codegen is codegen/, ...; like setuptools' editable finder, after the path finders,
+# so a reame installed elsewhere on sys.path wins)
 import os, site, sys
 from importlib.machinery import ModuleSpec, PathFinder
 from importlib.util import spec_from_file_location
@@ -262,7 +277,8 @@ class _ReameFinder:
         return None
 
 
-sys.meta_path.insert(0, _ReameFinder)
+if not any(getattr(f, "__name__", "") == "_ReameFinder" for f in sys.meta_path):
+    sys.meta_path.append(_ReameFinder)
 
 # a guest process that starts Python (subprocess, multiprocessing) runs it under qemu too:
 # without binfmt_misc the guest's own binary cannot be exec'd ("Exec format error")
@@ -270,25 +286,42 @@ sys.executable = {python!r}
 '''
 
 PYTHON_WRAPPER = """#!/bin/sh
-# written by bench/arm64_check.py: the guest's Python under qemu-aarch64
+# written by bench/arm64_check.py: the guest's Python (its virtual environment) under
+# qemu-aarch64
 exec {qemu} -L {root} {python} "$@"
 """
 
 
 def write_boot(cache: Path, site: Path, qemu: str, root: Path, facts: dict) -> Path:
-    """cache/boot: the guest's sitecustomize.py (first on its PYTHONPATH) and `python`, a host
-    script that starts the guest's Python under qemu (the guest's sys.executable)."""
+    """cache/boot-<key>: a virtual environment of the guest's Python (pyvenv.cfg, bin/python3.X
+    a link to the root's, lib/python3.X/site-packages with _reame_arm64.pth and its module:
+    the wheels' site directory, Reame mapped from this checkout, sys.executable) and
+    `python`, a host script that starts it under qemu (the guest's sys.executable). Keyed by
+    this checkout, the site directory, the root and qemu: checkouts sharing a cache each get
+    their own."""
     import tomllib
     pkg_dirs = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"][
         "package-dir"]
     mapping = {name: str(REPO / d) for name, d in pkg_dirs.items()}
-    boot = cache / "boot"
-    boot.mkdir(exist_ok=True)
+    py = facts["python"]
+    key = hashlib.sha256(json.dumps([str(REPO), str(site), str(root), qemu]).encode()
+                         ).hexdigest()[:12]
+    boot = cache / f"boot-{key}"
+    pkgs = boot / f"lib/python{py}/site-packages"
+    pkgs.mkdir(parents=True, exist_ok=True)
+    (boot / "bin").mkdir(exist_ok=True)
+    python = boot / f"bin/python{py}"
+    base = root / f"usr/bin/python{py}"
+    if not python.is_symlink() or os.readlink(python) != str(base):
+        python.unlink(missing_ok=True)
+        python.symlink_to(base)
     wrapper = boot / "python"
-    python = root / f"usr/bin/python{facts['python']}"
     files = {wrapper: PYTHON_WRAPPER.format(qemu=shlex.quote(qemu), root=shlex.quote(str(root)),
                                             python=shlex.quote(str(python))),
-             boot / "sitecustomize.py": SITECUSTOMIZE.format(
+             boot / "pyvenv.cfg": f"home = {base.parent}\ninclude-system-site-packages = false\n"
+                                  f"version = {py}\n",
+             pkgs / "_reame_arm64.pth": "import _reame_arm64\n",
+             pkgs / "_reame_arm64.py": BOOT_MODULE.format(
                  repo=str(REPO), site=str(site), mapping=mapping, python=str(wrapper))}
     for f, text in files.items():
         if not f.exists() or f.read_text() != text:
@@ -302,13 +335,13 @@ class Guest:
     def __init__(self, qemu: str, root: Path, facts: dict, boot: Path, kernels: Path,
                  logs: Path):
         self.qemu, self.root, self.boot, self.kernels, self.logs = qemu, root, boot, kernels, logs
-        self.python = root / f"usr/bin/python{facts['python']}"
+        self.python = boot / f"bin/python{facts['python']}"     # the venv's
 
     def env(self, extra: dict | None = None) -> dict:
         env = {k: v for k, v in os.environ.items()
                if k not in ("PYTHONHOME", "PYTHONPATH", "PYTHONSTARTUP", "PYTHONUSERBASE",
                             "VIRTUAL_ENV", "REAME_ISA", "PYTHONEXECUTABLE")}
-        env.update(PYTHONPATH=f"{self.boot}:{REPO}", PYTHONNOUSERSITE="1",
+        env.update(PYTHONPATH=str(REPO), PYTHONNOUSERSITE="1",
                    REAME_CACHE_DIR=str(self.kernels), REAME_SHARED=str(shared_dir()),
                    QEMU_LD_PREFIX=str(self.root),
                    # tests scale their absolute wall-time bounds (tests/conftest.py)

@@ -6,6 +6,7 @@
                           [--llama-server PATH] [--llama-args "..."] [--url URL] [--eog-ids 2,3]
                           [--json bench/results/trace.json] [--markdown docs/benchmarks.md]
                           [--quick]
+    python -m bench.trace --pool RUN.json RUN.json ... [--markdown FILE]
 
 Patterns (generated from --seed, the same for every server of a run):
 - agentic: --requests completions arriving as a Poisson process of --rate req/s; every prompt is
@@ -33,6 +34,11 @@ where the server reports usage.prompt_tokens_details.cached_tokens), and for mul
 TTFT of each turn (turn 1 vs the last). The table is printed; JSON with every request's record
 goes to --json; --markdown FILE puts a dated section between <!-- trace:begin --> and
 <!-- trace:end --> (appended the first time, only that section replaced afterwards).
+
+--pool reads the JSON of several multiturn runs (other seeds, think times) and, per server,
+pools their requests turn by turn: each turn's p50 TTFT over every conversation of every run
+(8 conversations a run make a noisy median per turn; a run's turn-1 median also depends on how
+its conversations happened to start together) and the last turn's against the first's.
 """
 
 from __future__ import annotations
@@ -347,6 +353,41 @@ def table(runs: list[dict], turns: int) -> str:
     return "\n".join(lines)
 
 
+def pool(paths: list[Path]) -> list[dict]:
+    """Per server, in first-seen order: the multiturn requests of every run in the JSON files at
+    paths, pooled turn by turn: {server, runs, conversations, ttft_p50_by_turn, ttft_turn_first,
+    ttft_turn_last, ttft_turn_ratio}."""
+    pooled: dict[str, dict] = {}
+    for path in paths:
+        for run in json.loads(Path(path).read_text())["runs"]:
+            if run["pattern"] != "multiturn":
+                continue
+            p = pooled.setdefault(run["server"], {"server": run["server"], "runs": 0,
+                                                  "records": []})
+            p["runs"] += 1
+            p["records"] += run["requests"]
+    out = []
+    for p in pooled.values():
+        s = summarize(p["records"], "multiturn", 0.0, 0)
+        out.append({"server": p["server"], "runs": p["runs"],
+                    "conversations": sum(r["turn"] == 1 for r in p["records"]),
+                    **{k: s[k] for k in ("ttft_p50_by_turn", "ttft_turn_first", "ttft_turn_last",
+                                         "ttft_turn_ratio")}})
+    return out
+
+
+def pool_table(pooled: list[dict]) -> str:
+    turns = max((len(p["ttft_p50_by_turn"]) for p in pooled), default=0)
+    lines = ["| server | runs | conversations | " + " | ".join(f"turn {k}" for k in
+                                                             range(1, turns + 1))
+             + f" | turn {turns} / turn 1 |", "|---|---|---|" + "---|" * (turns + 1)]
+    for p in pooled:
+        lines.append(f"| {p['server']} | {p['runs']} | {p['conversations']} | "
+                     + " | ".join(_f(v) for v in p["ttft_p50_by_turn"])
+                     + f" | {_f(p['ttft_turn_ratio'], '.2f', 'x')} |")
+    return "\n".join(lines)
+
+
 def write_section(path: Path, title: str, body: str, key: str = "trace") -> None:
     """Put `## title` and body between MARKS (named `key`) in path: replaced if there, else
     appended."""
@@ -470,6 +511,8 @@ def parse_args(argv):
     ap.add_argument("--markdown", default=None, help="put the table in this Markdown file (a "
                     "section per set of --pattern: only that section is replaced)")
     ap.add_argument("--quick", action="store_true", help="a tiny trace (smoke test)")
+    ap.add_argument("--pool", nargs="+", metavar="RUN.json", default=None, help="no run: pool "
+                    "the multiturn requests of these JSON results turn by turn, per server")
     a = ap.parse_args(argv)
     for k, v in (QUICK if a.quick else DEFAULTS).items():
         if getattr(a, k, None) is None:
@@ -484,6 +527,15 @@ def parse_args(argv):
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     a = parse_args(argv)
+    if a.pool:
+        text = pool_table(pool([Path(x) for x in a.pool]))
+        print(text)
+        if a.markdown:
+            command = "python -m bench.trace " + shlex.join(argv)
+            write_section(Path(a.markdown), f"Multi-turn runs pooled ({time.strftime('%Y-%m-%d')})",
+                          f"`{command}`: p50 TTFT (s) of each turn over every conversation of "
+                          "the runs.\n\n" + text, "trace-pool")
+        return 0
     model = None
     if a.gguf:
         model = Path(a.gguf)

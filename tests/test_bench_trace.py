@@ -111,6 +111,32 @@ def test_summary_multiturn_ttft_by_turn():
     assert "0.20 / 0.60 s (3.0x)" in row and "| 38% |" in row
 
 
+def test_pool_takes_each_turns_median_over_every_run(tmp_path):
+    """--pool: a turn's p50 over the requests of all runs together, per server; agentic runs and
+    failed requests left out. Run A (3 conversations) goes 1 -> 2 s, run B (5) 4 -> 4 s (p50):
+    pooled, 3.5 -> 3.0 s (0.86x). Wrong poolings give other figures: the last run alone 1.0x,
+    the mean of the runs' medians 2.5 -> 3.0 s (1.2x), the mean of their ratios 1.5x."""
+    def run(server, firsts, lasts, pattern="multiturn", extra=()):
+        reqs = [rec(turn=1, ttft=t) for t in firsts] + [rec(turn=2, ttft=t) for t in lasts]
+        return {"server": server, "pattern": pattern, "requests": reqs + list(extra)}
+    failed = rec(outcome="failed", turn=2, ttft=0.01)
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    a.write_text(json.dumps({"runs": [run("reame", [1] * 3, [2] * 3),
+                                      run("reame", [9] * 4, [9] * 4, pattern="agentic"),
+                                      run("llama-server", [10] * 3, [30] * 3)]}))
+    b.write_text(json.dumps({"runs": [run("reame", [3, 4, 4, 5, 5], [3, 3, 4, 6, 6],
+                                          extra=[failed] * 6)]}))
+    got = {p["server"]: p for p in trace.pool([a, b])}
+    assert got["reame"]["runs"] == 2 and got["reame"]["conversations"] == 8
+    assert got["reame"]["ttft_p50_by_turn"] == pytest.approx([3.5, 3.0])
+    assert got["reame"]["ttft_turn_ratio"] == pytest.approx(3.0 / 3.5)
+    assert got["llama-server"]["ttft_turn_ratio"] == pytest.approx(3.0)
+    md = tmp_path / "b.md"
+    assert trace.main(["--pool", str(a), str(b), "--markdown", str(md)]) == 0
+    text = md.read_text()
+    assert "| reame | 2 | 8 | 3.50 | 3.00 | 0.86x |" in text and "trace-pool:begin" in text
+
+
 def test_markdown_section_replaces_only_itself(tmp_path):
     md = tmp_path / "b.md"
     other = ("# Benchmarks\n\nintro\n\n<!-- bench.engine:begin -->\nengine\n"

@@ -21,9 +21,9 @@ DEFAULT_ACT_TYPE = {"jit": "q8", "reference": "f32"}
 # in f32: docs/kernels-attention.md), where the CPU has AMX-BF16 (without it the engine logs a
 # warning and keeps f32); "f32" everywhere; "auto" (the default) is bf16 where the CPU has
 # AMX-BF16 and activations are q8, else f32, without a warning (`--act-type f32`, chosen to
-# match the f32 reference, keeps f32 attention too; the reference engine: always f32). Decode steps and
-# windowed / soft-capped layers stay f32. Chosen in one place: reame/jit/select.py
-# attn_prefill_spec.
+# match the f32 reference, keeps f32 attention too; the reference engine: always f32). Decode
+# steps and windowed / soft-capped layers stay f32. Decided in reame/jit/select.py
+# (attn_precision, attn_prefill_spec).
 ATTN_TYPES = ("auto", "f32", "bf16")
 DEFAULT_ATTN_TYPE = "auto"
 

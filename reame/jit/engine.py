@@ -27,7 +27,7 @@ from ..model import Model
 from ..reference import rope_angles
 from .program import M, N, ProgramBuilder, StepProgram
 from ..tensor_types import PROMPT_STEP
-from .select import (Q8K_MIN_TOKENS, attn_prefill_spec, bf16_attention, choose,  # noqa: F401
+from .select import (Q8K_MIN_TOKENS, attn_precision, attn_prefill_spec, choose,  # noqa: F401
                      matmul_site)                           # (Q8K_MIN_TOKENS: re-exported)
 
 log = logging.getLogger("reame.jit")
@@ -61,16 +61,7 @@ class JITEngine:
         self.model, self.config = model, model.config
         c = self.config
         self.isa = isa or detect()
-        if attn_type not in ("auto", "f32", "bf16"):
-            raise ValueError(f"attn_type {attn_type!r}: must be auto, f32 or bf16")
-        if attn_type == "auto":     # f32 activations ask for the reference's numerics: f32 too
-            attn_type = "bf16" if int_dot and bf16_attention(self.isa) else "f32"
-        if attn_type == "bf16" and not bf16_attention(self.isa):
-            log.warning("--attn-type bf16 needs AMX-BF16 tiles (ISA level amx and the OS's "
-                        "permission to use them); this CPU runs at level %s: attention stays "
-                        "f32", self.isa.level)
-            attn_type = "f32"
-        self.attn_type = attn_type
+        self.attn_type = attn_precision(attn_type, self.isa, int_dot)
         self.max_tokens = max(max_batch_tokens, max_seqs)
         self.max_logits = max_logits or max(max_seqs, 16)   # logits rows one step can return
         # a pool of kv_blocks blocks (default: a whole context per slot) and the block tables

@@ -14,6 +14,7 @@ chunks. The adaptive runtime replaces these starting points by measured winners.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 from ..codegen import registry
@@ -21,6 +22,8 @@ from ..codegen.isa import ISA
 from ..codegen.panel_layout import PANEL_ROWS
 from ..codegen.spec import KernelSpec
 from ..tensor_types import PROMPT_STEP, TENSOR_TYPES
+
+log = logging.getLogger("reame.jit")
 
 # K-quant weights read Q8K activations (one scale per 256 values, op matmul_q8k) in programs for
 # at least this many tokens, Q8A (matmul_q8) below: see docs/engine.md for the measurements
@@ -191,6 +194,23 @@ def bf16_attention(isa: ISA, **dims) -> bool:
     op = registry.get_op("attn_prefill")
     return any("BF16" in v.dtypes and v.usable(isa) and (not dims or op.tiles(v, dims))
                for v in op.variants)
+
+
+def attn_precision(attn_type: str, isa: ISA, int_dot: bool) -> str:
+    """The engine's attention precision, "f32" or "bf16", from the option attn_type: "auto" is
+    bf16 where this level has the AMX-BF16 family and activations are q8 (int_dot; f32
+    activations ask for the reference's numerics: f32 attention too), else f32; "bf16" without
+    AMX-BF16 logs a warning and stays f32."""
+    if attn_type not in ("auto", "f32", "bf16"):
+        raise ValueError(f"attn_type {attn_type!r}: must be auto, f32 or bf16")
+    if attn_type == "auto":
+        return "bf16" if int_dot and bf16_attention(isa) else "f32"
+    if attn_type == "bf16" and not bf16_attention(isa):
+        log.warning("--attn-type bf16 needs AMX-BF16 tiles (ISA level amx and the OS's "
+                    "permission to use them); this CPU runs at level %s: attention stays f32",
+                    isa.level)
+        return "f32"
+    return attn_type
 
 
 def attn_prefill_spec(attn_type: str, isa: ISA, n_tokens: int, **dims) -> KernelSpec:

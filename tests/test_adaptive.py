@@ -14,6 +14,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from conftest import TIME_SCALE
 
 from bench.synth import synth_model
 from reame.adaptive import AdaptiveRuntime, store
@@ -114,7 +115,7 @@ def greedy_run(model, sched, n_seqs=4, max_tokens=120):
                        ignore_eos=True, n_ctx=256) for p in prompts]
     reqs = [sched.submit([p], [[g]]) for p, g in zip(prompts, gens)]
     for r in reqs:
-        while (ev := r.out.get(timeout=120)) is not DONE:
+        while (ev := r.out.get(timeout=120 * TIME_SCALE)) is not DONE:
             assert ev.error is None, ev.error
     return [g.output_ids for g in gens]
 
@@ -503,7 +504,7 @@ def run_prompts(model, sched, prompts, max_tokens=4):
         g = Generation(tok, p, SamplingParams(temperature=0), max_tokens=max_tokens,
                        ignore_eos=True, n_ctx=256)
         r = sched.submit([p], [[g]])
-        while (ev := r.out.get(timeout=120)) is not DONE:
+        while (ev := r.out.get(timeout=120 * TIME_SCALE)) is not DONE:
             assert ev.error is None, ev.error
         cached.append(r.leads[0].n_cached)
     return cached
@@ -534,7 +535,7 @@ def test_hot_prefixes_are_saved_and_computed_again_at_start(model, tmp_path):
     s2 = Scheduler(eng2, params2, adaptive=rt2).start()
     try:
         warm = rt2.warm(s2)
-        while warm.out.get(timeout=120) is not DONE:
+        while warm.out.get(timeout=120 * TIME_SCALE) is not DONE:
             pass
         assert run_prompts(model, s2, prompts[:1]) == [32]    # the first request hits
     finally:

@@ -9,6 +9,7 @@ import time
 
 import numpy as np
 import pytest
+from conftest import TIME_SCALE
 from falcon import testing
 
 from reame.engines import ENGINES, create_engine
@@ -40,7 +41,7 @@ class WrappedEngine:
         self.batch_sizes = []
 
     def forward(self, batch):
-        self.gate.wait(30)
+        self.gate.wait(30 * TIME_SCALE)
         self.calls += 1
         self.batch_sizes.append(len(batch))
         if self.fail_times:
@@ -141,7 +142,8 @@ def assert_error(r, status, param="__any__", code="__any__"):
 
 
 def wait_until(cond, timeout=5.0):
-    t = time.monotonic() + timeout
+    """cond() within timeout seconds (x TIME_SCALE under emulation)."""
+    t = time.monotonic() + timeout * TIME_SCALE
     while time.monotonic() < t:
         if cond():
             return True
@@ -160,7 +162,7 @@ def test_health_503_while_loading_then_ready(stories_model):
     release = threading.Event()
 
     def factory():
-        release.wait(10)
+        release.wait(10 * TIME_SCALE)
         return new_engine(stories_model)
 
     app = create_app(factory, ServerConfig(model=stories_model.path))
@@ -917,7 +919,7 @@ def test_non_streaming_request_of_a_departed_client_is_cancelled(stories_model):
     sched = app.reame.service.scheduler
     assert wait_until(lambda: sched.running == 1)
     b.close()                                         # the client hangs up
-    assert done.wait(5)
+    assert done.wait(5 * TIME_SCALE)
     assert status["status"].startswith("499")
     assert wait_until(lambda: sched.running == 0 and sched.running_seqs == 0, 2)
     a.close()
@@ -943,7 +945,7 @@ def test_queue_full_answers_429(stories_model):
     assert_error(post(c, M, {**OK_M, "n": 1}), 429)
     engine.gate.set()
     for t in threads:
-        t.join(10)
+        t.join(10 * TIME_SCALE)
     assert [x.status_code for x in results] == [200, 200]
     assert post(c, C, body).status_code == 200               # room again
     assert "capacity" in err["message"]
@@ -1028,7 +1030,7 @@ def test_concurrent_requests_are_batched_and_exact(stories_model, stories_expect
     for t in threads:
         t.start()
     for t in threads:
-        t.join(30)
+        t.join(30 * TIME_SCALE)
     for i, case in enumerate(cases):
         assert results[i]["choices"][0]["text"] == case["greedy_text"]
     assert max(engine.batch_sizes) > 1                       # steps carried several sequences
@@ -1049,6 +1051,7 @@ def greedy_gen(tok, ids, max_tokens=64, **kw):
 
 
 def drain(req, timeout=30):
+    timeout *= TIME_SCALE
     out, t = [], time.monotonic() + timeout
     while time.monotonic() < t:
         ev = req.out.get(timeout=timeout)
@@ -1099,7 +1102,7 @@ def test_every_engine_serves_exact_greedy_text(stories_model, stories_expected, 
     for t in threads:
         t.start()
     for t in threads:
-        t.join(60)
+        t.join(60 * TIME_SCALE)
     for i, case in enumerate(cases):
         assert [ch["text"] for ch in results[i]["choices"]] == [case["greedy_text"]] * (1 + i % 2)
     assert max(engine.batch_sizes) <= 7

@@ -12,6 +12,7 @@ import random
 import threading
 
 import pytest
+from conftest import TIME_SCALE
 from falcon import testing
 
 from bench.synth import synth_model
@@ -57,7 +58,7 @@ def run(sched, tok, prompts, max_tokens, n=1):
     out = []
     for r in reqs:
         toks = [[] for _ in range(n)]
-        while (ev := r.out.get(timeout=60)) is not DONE:
+        while (ev := r.out.get(timeout=60 * TIME_SCALE)) is not DONE:
             assert ev.error is None, ev.error
             if ev.step is not None:
                 toks[ev.index].append(ev.step.token)
@@ -177,7 +178,7 @@ def test_stress_200_requests_and_100_disconnects(stories_model, tok, stories_exp
     for t in threads:
         t.start()
     for t in threads:
-        t.join(300)
+        t.join(300 * TIME_SCALE)
     for body, r in zip(bodies, results):
         assert r is not None and r.status_code == 200, r and r.text
         choice = r.json["choices"][0]
@@ -197,7 +198,7 @@ def test_stress_200_requests_and_100_disconnects(stories_model, tok, stories_exp
         for _, it in streams:
             it.close()                              # what the WSGI server does on disconnect
     import time
-    t = time.monotonic() + 10
+    t = time.monotonic() + 10 * TIME_SCALE
     while (p.running or p.waiting) and time.monotonic() < t:
         time.sleep(0.01)
     time.sleep(0.05)                                # the step in flight ends

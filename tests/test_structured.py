@@ -16,6 +16,7 @@ import threading
 import jsonschema
 import numpy as np
 import pytest
+from conftest import TIME_SCALE
 
 from bench.synth import synth_model
 from reame import structured as S
@@ -80,7 +81,7 @@ def run(sched, gens):
     reqs = [sched.submit([g.prompt_ids], [[g]]) for g in gens]
     out = []
     for r, g in zip(reqs, gens):
-        while (ev := r.out.get(timeout=120)) is not DONE:
+        while (ev := r.out.get(timeout=120 * TIME_SCALE)) is not DONE:
             assert ev.error is None, ev.error
         out.append((g.text, g.finish_reason))
     return out

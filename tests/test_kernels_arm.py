@@ -18,6 +18,7 @@ import re
 import numpy as np
 import pytest
 
+from reame.codegen import q8k
 from reame.codegen.compiler import Compiler
 from reame.codegen.isa import UnsupportedLevel, detect, host_isa
 from reame.codegen.kernels import build, check_buildable
@@ -31,7 +32,7 @@ N1 = host_isa("aarch64", "neoverse-n1", "+neon,+fp-armv8", os_inputs={"hwcap": 0
 
 # (op, family): the instruction its assembly must use
 FAMILIES = {("matmul_q8", "dotprod"): "sdot", ("matmul_q8", "i8mm"): "smmla",
-            ("matmul_q8k", "dotprod"): "sdot"}
+            ("matmul_q8k", "dotprod"): "sdot", ("matmul_q8k", "i8mm"): "smmla"}
 ARM_LEVELS = ("dotprod", "i8mm")
 
 
@@ -72,7 +73,8 @@ def test_cross_build_uses_the_family_instruction(op_name, variant, dtype, tile, 
     its code uses the family's instruction, no per-block `addv` and calls nothing. Catches the
     family's code being the generic family's again (checked by rendering the generic template
     as the family: LLVM matches its sext/mul/reduce to `sdot` at this level too, but sums every
-    block with an `addv`; an i8mm family without `smmla`), a family registered at a level whose
+    block with an `addv`; an i8mm family without `smmla`: matmul_q8k's dotprod template
+    rendered as its i8mm tiles), a family registered at a level whose
     features lack its instruction (LLVM aborts the process: 'Cannot select'), and a conversion
     lowered to a libcall (`bl __extendhfsf2`), which the JIT cannot resolve."""
     isa = V1.at(variant.min_level)
@@ -89,6 +91,8 @@ def test_cross_build_uses_the_family_instruction(op_name, variant, dtype, tile, 
         # one addv per block and token is what LLVM makes of the generic IR (sext/mul/reduce)
         assert not re.search(r"^\s+addv\s", asm, re.M), f"{spec.label()}: addv per block"
         assert not re.search(r"^\s+(bl|blr)\s", asm, re.M), f"{spec.label()}: calls"
+        if instr == "smmla":            # the tiles' dots come out in their lanes: no addp tree
+            assert not re.search(r"^\s+(addp|sdot)\s", asm, re.M), f"{spec.label()}: addp/sdot"
         assert comp.object_code(ir)[:4] == b"\x7fELF"
 
 
@@ -139,7 +143,12 @@ def test_matches_reference_at_the_family_level(op_name, family, dtype, level, ti
     (Q4_0/Q5_0: S - c s), a lane order mistake in the addp tree or the smmla operands (block
     sums or row/token lanes swapped), a scale lane of the partial group left undefined, a
     duplicated row or token stored twice with acc=1; matmul_q8k: a 16-group scale applied to
-    the wrong group's sum (Q6_K), a block's mins against another block's activation sums (Q4_K).
+    the wrong group's sum (Q6_K), a block's mins against another block's activation sums (Q4_K);
+    matmul_q8k's i8mm tiles: smmla operands swapped (rows and tokens transposed), a per-16
+    group's scale applied to the other half of the block (Q6_K/Q3_K/Q2_K), the rows' scale
+    pattern or the token pair's sub-scales or D in the wrong lane order, the mins' faddp tree
+    crossing rows and tokens, Q4_K/Q5_K mins against unpaired per-16 sums, the second 8 quants
+    of a half zipped like the first, each lane's y loaded, added and stored in turn with acc=1.
     (Each of these, made on purpose, failed it under qemu-aarch64.)"""
     M, K, acc = dims
     isa = detect().at(level)
@@ -176,10 +185,11 @@ def test_refused_where_the_level_is_missing(op_name, family):
 
 def test_arm_hosts_start_with_their_families():
     """select.choose / matmul_site on recorded ARM machines: the most specific family of the
-    level (N1: dotprod; V1: i8mm for Q8A types, with its smmla tiles for multi-token steps and
-    the dotprod code for decode; K-quants on Q8K: dotprod), never the generic one. Catches a
-    family missing from the variant list or registered under a level the ladder does not rank
-    above generic (the auto-vectorised generic code would be chosen)."""
+    level (N1: dotprod; V1: i8mm for Q8A types and for the K-quants on Q8K, with its smmla tiles
+    for multi-token steps and the dotprod code, nt = 1, for decode), never the generic one.
+    Catches a family missing from the variant list or registered under a level the ladder does
+    not rank above generic (the auto-vectorised generic code would be chosen), and decode
+    handed a 2 x 2 tile (half of it a duplicated token)."""
     from reame.jit.select import choose, matmul_site
     for isa, fam in ((N1, "dotprod"), (V1.at("dotprod"), "dotprod"), (V1, "i8mm")):
         for dtype in ("Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "IQ4_NL"):
@@ -189,9 +199,72 @@ def test_arm_hosts_start_with_their_families():
                 site = matmul_site(dtype, 4096, 4096, n, isa)
                 assert (site.op, site.act, site.spec.family) == ("matmul_q8", "q8a", fam)
     k_types = next(v for v in get_op("matmul_q8k").variants if v.family == "dotprod").dtypes
-    for isa in (N1, V1):
+    assert set(k_types) == set(next(v for v in get_op("matmul_q8k").variants
+                                    if v.family == "i8mm").dtypes)
+    for isa, fam in ((N1, "dotprod"), (V1.at("dotprod"), "dotprod"), (V1, "i8mm")):
         for dtype in k_types:
-            for n in (1, 4):
+            for n, nt in ((1, 1), (2, 2), (4, 4)):
                 site = matmul_site(dtype, 4096, 4096, n, isa)
-                assert (site.op, site.act, site.spec.family) == ("matmul_q8k", "q8k", "dotprod"), \
-                    (isa.level, dtype, site)
+                assert (site.op, site.act, site.spec.family, site.spec.p["nt"]) == \
+                    ("matmul_q8k", "q8k", fam, nt), (isa.level, dtype, site)
+
+
+def _range_end_weights(dtype, w):
+    """Every superblock of `w` (uint8 [M, row bytes], d and dmin kept) with each quant and
+    sub-block scale at the end of its range where their product is largest: Q4_K/Q5_K q = 15/31
+    with sc = m = 63; Q6_K q - 32 = -32 with sc = -128; Q3_K q - 4 = -4 with sc = -32; Q2_K
+    q = 3 with sc = m = 15; IQ4_XS level -127 with sc = -32."""
+    M = w.shape[0]
+    b = w.reshape(M, -1, {"Q4_K": 144, "Q5_K": 176, "Q6_K": 210, "Q3_K": 110, "Q2_K": 84,
+                          "IQ4_XS": 136}[dtype])
+    if dtype in ("Q4_K", "Q5_K"):
+        b[:, :, 4:] = 0xFF
+    elif dtype == "Q6_K":
+        b[:, :, 0:192] = 0
+        b[:, :, 192:208] = 0x80
+    elif dtype == "Q3_K":
+        b[:, :, 0:108] = 0
+    elif dtype == "Q2_K":
+        b[:, :, 0:80] = 0xFF
+    else:
+        b[:, :, 2:] = 0
+    return w
+
+
+def _k_families():
+    out = []
+    host = detect()
+    for family in ("dotprod", "i8mm"):
+        v = next(v for v in get_op("matmul_q8k").variants if v.family == family)
+        for dtype in v.dtypes:
+            marks = () if v.min_level in host.levels else pytest.mark.skip(
+                reason=f"this {host.arch} CPU has no {v.min_level} level")
+            out.append(pytest.param(family, dtype, marks=marks, id=f"{family}-{dtype}"))
+    return out
+
+
+@pytest.mark.parametrize("family,dtype", _k_families())
+def test_q8k_int32_sums_at_the_ends_of_their_range(family, dtype):
+    """matmul_q8k's ARM families add scaled block (or 16-group) dots in int32 before converting
+    (dotprod: 1-2 per lane; i8mm: a span of blocks, Q4_K 4, Q5_K 2, Q6_K and IQ4_XS 1, Q3_K and
+    Q2_K 8): with every weight quant and sub-block scale at the end of its range and constant
+    activations (every Q8K quant 127, every sub-scale 127) those sums are within 1% of 2^31
+    for Q6_K and IQ4_XS, 91% for Q4_K, 94% for Q5_K. Catches a span one longer than int32
+    allows (the sum wraps: a sign flip far outside the tolerance), e.g. Q4_K summed over its 8
+    blocks, or an i16 scale product that saturates or wraps."""
+    M, K = 7, 512
+    op = get_op("matmul_q8k")
+    rng = np.random.default_rng(5)
+    spec0 = op.specs(dtype, detect().at("generic"), M=M, K=K, acc=0)[0]
+    case = op.make_case(spec0, rng, 5)
+    _range_end_weights(dtype, case.buffers["w"])
+    case.buffers["xq"][...] = q8k.quantize_rows(np.ones((5, K), np.float32))
+    want = op.reference(spec0, case)["y"]
+    v = next(v for v in op.variants if v.family == family)
+    rtol, atol = op.tolerance(dtype)
+    for tile in v.tiles:
+        spec = KernelSpec.make("matmul_q8k", dtype, family, v.min_level, **tile, M=M, K=K, acc=0)
+        case.buffers["y"][...] = np.nan
+        build(spec, detect().at(v.min_level)).run_threads(case.args, 2)
+        np.testing.assert_allclose(case.buffers["y"], want, rtol=rtol, atol=atol,
+                                   err_msg=spec.label())

@@ -169,11 +169,12 @@ def test_quantize_then_matmul_close_to_float(dtype):
 
 def test_variants():
     fams = {v.family: v for v in OP.variants}
-    assert set(fams) == {"generic", "avx2", "vnni", "panel", "amx", "dotprod"}
+    assert set(fams) == {"generic", "avx2", "vnni", "panel", "amx", "dotprod", "i8mm"}
     assert fams["generic"].min_level == "generic" and fams["panel"].min_level == "avx512_vnni"
     assert fams["amx"].min_level == "amx" and fams["dotprod"].min_level == "dotprod"
+    assert fams["i8mm"].min_level == "i8mm"
     for v in OP.variants:   # Q2_K / Q3_K / IQ4_XS: the portable, VNNI, AArch64 and AMX families
-        want = {"generic": TYPES, "vnni": TYPES, "dotprod": TYPES,
+        want = {"generic": TYPES, "vnni": TYPES, "dotprod": TYPES, "i8mm": TYPES,
                 "amx": mk.AMX_TYPES}.get(v.family, mk.TUNED)
         assert set(v.dtypes) == set(want) and len(v.tiles) >= 2
     assert {t["nt"] for t in fams["vnni"].tiles} == {1, 4, 8}

@@ -24,6 +24,8 @@ Families (templates/matmul_q8k_<family>.ll.j2, skeleton in matmul_q8k_common.ll.
     panel     AVX-512 VNNI register tiles of 16 rows x nt tokens (rows in the lanes)
     dotprod   AArch64 sdot on signed byte halves, addp to block / 16-group sums, integer scale
               products; figures: docs/kernels-arm.md
+    i8mm      AArch64 smmla register tiles of 2 rows x 2 tokens for multi-token steps (the
+              dotprod code for nt = 1), integer scale products per block; docs/kernels-arm.md
     amx       AMX-INT8 (Q2_K, Q3_K, IQ4_XS; prompt-chunk programs only, reame/jit/select.py):
               each 16-row panel decoded once per token chunk into int8 B tiles (the weights'
               integer sub-scales folded in where the product fits int8), one tdpbssd per
@@ -130,6 +132,14 @@ OP = Op(
                 "group) sums, integer scale products (umull/smull of the weight scale and the "
                 "activation sub-scale), two scvtf/fmla per superblock and token, mins by fmls "
                 "on the same accumulators; " + _TILES),
+        Variant("i8mm", "i8mm", K_TYPES, ({"nt": 1, "u": 1}, {"nt": 2, "u": 1},
+                                           {"nt": 4, "u": 1}),
+                "AArch64 int8 matrix multiply: register tiles of 2 rows x 2 tokens, each row's "
+                "superblock unpacked as in dotprod and the rows zipped, four smmla per block "
+                "and token pair (token pairs interleaved once per tile in a stack buffer), "
+                "integer scale products by smull/mla summed over the blocks that cannot "
+                "overflow int32, one scvtf/fmla per span and tile, mins by fmla and a faddp "
+                "tree; nt = 1 is the dotprod code (decode: no token pair); " + _TILES),
         AmxVariant("amx", "amx", AMX_TYPES, ({"tc": 256}, {"tc": 512}),
                    "AMX-INT8: per 16-row panel and token chunk the rows decoded once into int8 B "
                    "tiles (integer sub-scales folded in for Q2_K/Q3_K), per 16-token tile and "

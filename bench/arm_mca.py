@@ -10,7 +10,7 @@ auto-vectorised code at the neon level (no dot product instructions) and at the 
 (where LLVM turns its sext/mul/reduce into `sdot` by itself) beside it.
 
     python -m bench.arm_mca [--mca llvm-mca-19] [--cpus neoverse-n1,neoverse-v1]
-                            [--out bench/results/arm_mca.md]
+                            [--only matmul_q8k/] [--out bench/results/arm_mca.md]
 
 Estimates, not measurements: llvm-mca models the core's ports and latencies for a loop whose
 data is in L1, with perfect branch prediction; decode reads the weights from DRAM, so these say
@@ -63,6 +63,10 @@ def cases():
             out.append(("matmul_q8k", "generic", "neon", dtype, tile, (8, 1, nt)))
             out.append(("matmul_q8k", "generic", "dotprod", dtype, tile, (8, 1, nt)))
             out.append(("matmul_q8k", "dotprod", "dotprod", dtype, tile, (8, 1, nt)))
+        # 2-token steps: the dotprod family's nt = 2 against the i8mm family's one token pair
+        out.append(("matmul_q8k", "dotprod", "dotprod", dtype, {"nt": 2, "u": 1}, (8, 1, 2)))
+        for nt in (2, 4):
+            out.append(("matmul_q8k", "i8mm", "i8mm", dtype, {"nt": nt, "u": 1}, (8, 2, nt)))
     return out
 
 
@@ -126,12 +130,16 @@ def main(argv=None) -> int:
     ap.add_argument("--mca", default=next((m for m in MCA if shutil.which(m)), MCA[-1]))
     ap.add_argument("--cpus", default="neoverse-n1,neoverse-n2,neoverse-v1,neoverse-v2")
     ap.add_argument("--out", default=None, help="write the markdown table here too")
+    ap.add_argument("--only", default="", help="only the cases whose 'op/family/type' contains "
+                    "this (e.g. matmul_q8k/, /i8mm/)")
     args = ap.parse_args(argv)
     rows = ["| op | type | family @ level | tile | cpu | insts / iter | cycles / iter "
             "| block-token units / iter | cycles / block / token |",
             "|---|---|---|---|---|---|---|---|---|"]
     for cpu in args.cpus.split(","):
         for op, family, level, dtype, tile, (nb, nr, nt) in cases():
+            if args.only not in f"{op}/{family}/{dtype}":
+                continue
             isa = isa_for(cpu, level)
             if isa is None:
                 continue

@@ -206,10 +206,10 @@ class FakeServer:
                     time.sleep(fake.gap)
                 usage = {"prompt_tokens": 100, "completion_tokens": tokens,
                          "prompt_tokens_details": {"cached_tokens": 25}}
+                with fake.lock:     # before the last write: the client may send its next turn
+                    fake.inflight -= 1      # as soon as it reads [DONE]
                 self.wfile.write(f"data: {json.dumps({'choices': [], 'usage': usage})}\n\n"
                                  "data: [DONE]\n\n".encode())
-                with fake.lock:
-                    fake.inflight -= 1
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True

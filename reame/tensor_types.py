@@ -68,9 +68,9 @@ TENSOR_TYPES: dict[str, TensorType] = {t.name: t for t in (
     # matmul_q8k's AMX tiles (3.5-4.5x the float gemm, docs/kernels-kquants.md), else the float
     # path: faster than the 1-row vnni tiles there (TinyLlama-shaped IQ4_XS 128-token prefill 62
     # tok/s against 92-98) and 3.5-5x faster than the portable kernel at the avx2 level
-    _row("Q2_K", True, q8k=True, prompt_families=("amx",)),
-    _row("Q3_K", True, q8k=True, prompt_families=("amx",)),
-    _row("IQ4_XS", True, q8k=True, prompt_families=("amx",)),
+    _row("Q2_K", True, q8k=True, prompt_families=("amx", "i8mm")),
+    _row("Q3_K", True, q8k=True, prompt_families=("amx", "i8mm")),
+    _row("IQ4_XS", True, q8k=True, prompt_families=("amx", "i8mm")),
     _row("IQ4_NL", True, int_dot=True),
 )}
 

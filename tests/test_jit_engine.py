@@ -604,10 +604,10 @@ def test_available_memory_reads_the_cgroup_limit(tmp_path):
 def test_q8k_only_types_sites(synth_dir, mix):
     """Types with Q8K kernels only (no Q8A kernels, no row panels): integer dots on Q8K in the
     decode and batch programs; in the prompt-chunk program the AMX tiles where the level has
-    them (select.prompt_q8k), else the float path (faster there than the 1-row tiles), and the
-    reference oracle rounds their inputs by the same rule. Catches a type that silently stays
-    on the float path for decode, a prompt program sent to the 1-row tiles, and a reference
-    that rounds where the engine does not."""
+    them, or AArch64's i8mm (smmla) tiles (select.prompt_q8k), else the float path (faster there
+    than the 1-row tiles), and the reference oracle rounds their inputs by the same rule.
+    Catches a type that silently stays on the float path for decode, a prompt program sent to
+    the 1-row tiles, and a reference that rounds where the engine does not."""
     model = load_model(synth_model(synth_dir, "tiny-llama", mix, n_ff=512))
     eng = JITEngine(model, n_ctx=64, max_seqs=4, threads=2, max_batch_tokens=32)
     ref = ReferenceEngine(model, n_ctx=64, max_seqs=4, act_quant=True,
@@ -615,14 +615,15 @@ def test_q8k_only_types_sites(synth_dir, mix):
     try:
         name = "blk.0.attn_q.weight"
         assert model.tensor(name).type.name == mix
+        tiles = ("amx", "i8mm")                 # the prompt tiles: x86 AMX, AArch64 smmla
         amx = prompt_q8k(mix, eng.isa)
-        assert amx == any(v.family == "amx" and v.usable(eng.isa)
+        assert amx == any(v.family in tiles and v.usable(eng.isa)
                           for v in get_op("matmul_q8k").variants)
         for bucket in eng.buckets:
             want = "matmul_q8k" if bucket <= 16 or amx else "matmul"
             assert _site_ops(eng, bucket)[name] == want, (bucket, want)
             fam = eng.table.by_name[f"{name}@{bucket}"].kernel.spec.family
-            assert (fam == "amx") == (bucket > 16 and amx), (bucket, fam)
+            assert (fam in tiles) == amx if bucket > 16 else fam != "amx", (bucket, fam)
         for n, fmt in ((1, "q8k"), (16, "q8k"), (17, "q8k" if amx else None),
                        (32, "q8k" if amx else None)):
             ref._step_tokens = n

@@ -46,9 +46,7 @@ def create_engine(model, name: str = DEFAULT_ENGINE, *, n_ctx: int | None = None
     if attn_type not in ATTN_TYPES:
         raise ReameError(f"unknown attention type {attn_type!r} "
                          f"(choose from: {', '.join(ATTN_TYPES)})")
-    if attn_type == "auto" and name != "jit":
-        attn_type = "f32"
-    if attn_type != "f32" and name != "jit":
+    if attn_type == "bf16" and name != "jit":
         raise ReameError(f"--attn-type {attn_type} needs the jit engine (the {name} engine's "
                          "attention is f32)")
     n_ctx = n_ctx or min(model.config.n_ctx_train, DEFAULT_MAX_CTX)

@@ -195,8 +195,9 @@ class Planner:
         the chunk size and the budget allow, except that a chunk which would not finish its
         prompt waits when the step already finishes another prompt. Such a partial chunk would
         delay that prompt's first token (and every decoding sequence's next one) by its own cost
-        and gain its own prompt nothing: it finishes in a later step either way. The oldest prompt always gets
-        its chunk (nothing precedes it), so long prompts still advance every step."""
+        and gain its own prompt nothing: it finishes in a later step either way. The oldest
+        prompt always gets its chunk (nothing precedes it), so long prompts still advance every
+        step."""
         n = min(remaining, self.params.prefill_chunk, budget)
         if n < remaining and any(s.remaining == k for s, k in chunks):
             return 0

@@ -81,8 +81,9 @@ def prompt_q8k(dtype: str, isa: ISA) -> bool:
     """Whether prompt-chunk programs (>= PROMPT_STEP tokens) run weights of `dtype` on Q8K
     (matmul_q8k) at this level: the type table's q8k_prompt types always; its prompt_families
     types where matmul_q8k has one of those families for them at this level (Q2_K, Q3_K,
-    IQ4_XS: the AMX tiles, AArch64's smmla tiles), else the float path. The reference engine asks the same
-    (ReferenceEngine.act_format, at the level a JIT engine would take by default)."""
+    IQ4_XS: the AMX tiles, AArch64's smmla tiles), else the float path. The reference engine
+    asks the same (ReferenceEngine.act_format, at the level a JIT engine would take by
+    default)."""
     t = TENSOR_TYPES[dtype]
     if t.q8k_prompt:
         return True

@@ -7,6 +7,7 @@ can never pass by skipping.
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -19,6 +20,19 @@ REPO = Path(__file__).resolve().parent.parent
 # unless a test asks for one, learned strategies in a temporary directory, never in ~/.cache
 os.environ.setdefault("REAME_ADAPTIVE_BOOT", "0")
 os.environ.setdefault("REAME_ADAPTIVE_DIR", tempfile.mkdtemp(prefix="reame-adaptive-"))
+
+
+@pytest.fixture(autouse=True)
+def _strategy_dir_per_test(monkeypatch):
+    """Each test its own (empty) strategy directory. A running adaptive runtime saves its
+    strategy every 60 s of wall time, hot prefixes included; a test that runs that long (most
+    under emulation) would otherwise leave one that the next test's server loads and warms into
+    its prefix cache, changing that test's cache counts. Module-scoped servers keep the
+    session's directory (they start before this fixture)."""
+    d = tempfile.mkdtemp(prefix="reame-adaptive-")
+    monkeypatch.setenv("REAME_ADAPTIVE_DIR", d)
+    yield
+    shutil.rmtree(d, ignore_errors=True)
 
 
 @pytest.fixture(autouse=True)

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 import openai  # noqa: E402  (the official client, from the test extra)
+from conftest import TIME_SCALE
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -28,7 +29,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def http(method: str, url: str, body=None, headers=None, timeout=30):
+def http(method: str, url: str, body=None, headers=None, timeout=30 * TIME_SCALE):
     """(status, headers, body bytes) without raising on 4xx/5xx."""
     data = json.dumps(body).encode() if isinstance(body, (dict, list)) else body
     req = urllib.request.Request(url, data=data, method=method, headers=headers or {})
@@ -43,7 +44,7 @@ class ReameServer:
     """`reame serve MODEL` (or any command) on a free loopback port; waits for /health."""
 
     def __init__(self, model, *args, cmd=None, env=None, port=None, log_dir=None,
-                 start_timeout=60):
+                 start_timeout=60 * TIME_SCALE):
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = Path(log_dir or "/tmp") / f"reame-serve-{self.port}.log"
@@ -62,7 +63,7 @@ class ReameServer:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"server exited with {self.proc.returncode}:\n{self.log()}")
             try:
-                if http("GET", self.url + "/health", timeout=2)[0] == 200:
+                if http("GET", self.url + "/health", timeout=2 * TIME_SCALE)[0] == 200:
                     break
             except OSError:
                 pass
@@ -89,7 +90,7 @@ class ReameServer:
     def client(self, **kw):
         kw.setdefault("api_key", "none")
         kw.setdefault("max_retries", 0)
-        kw.setdefault("timeout", 60)
+        kw.setdefault("timeout", 60 * TIME_SCALE)       # a safety bound, not a check
         c = openai.OpenAI(base_url=self.url + "/v1", **kw)
         self._clients.append(c)
         return c
@@ -100,7 +101,7 @@ class ReameServer:
         if self.proc.poll() is None:
             self.proc.terminate()
             try:
-                self.proc.wait(20)
+                self.proc.wait(20 * TIME_SCALE)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(5)
@@ -437,8 +438,8 @@ def test_serve_rejects_a_bad_model_file(tmp_path):
     bad = tmp_path / "bad.gguf"
     bad.write_bytes(b"not a gguf file at all")
     p = subprocess.run([sys.executable, "-m", "reame", "serve", str(bad), "--port", "1"],
-                       capture_output=True, text=True, timeout=60)
+                       capture_output=True, text=True, timeout=60 * TIME_SCALE)
     assert p.returncode == 2 and "bad.gguf" in p.stderr
     p = subprocess.run([sys.executable, "-m", "reame", "serve", str(tmp_path / "none.gguf")],
-                       capture_output=True, text=True, timeout=60)
+                       capture_output=True, text=True, timeout=60 * TIME_SCALE)
     assert p.returncode == 2 and "no such file" in p.stderr.lower()

@@ -13,6 +13,7 @@ from reame.adaptive.tuner import KernelTuner
 from reame.jit.engine import JITEngine
 from reame.model import load_model
 from reame.batch import Batch
+from conftest import TIME_SCALE
 from test_adaptive import Wrapped
 
 
@@ -40,7 +41,9 @@ def test_kernel_lever_sees_a_slower_and_a_faster_candidate(eng):
     cls = next(c for c in tuner.classes.values() if c.program == program
                and c.op == "matmul_q8")
     real = eng.table.slots[cls.slots[0]].kernel
-    slow = Wrapped(real, delay=2e-4, name="slow")
+    # 0.2 ms a call is a large share of this tiny model's kernel time; emulated kernels run
+    # ~20x slower, so the delay does too
+    slow = Wrapped(real, delay=2e-4 * TIME_SCALE, name="slow")
     only(tuner, cls, [slow.kernel])
     for c in tuner.classes.values():       # the lever takes the hottest class: make it this one
         if c is not cls:

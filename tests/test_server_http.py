@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import statistics
 import subprocess
 import sys
 import threading
@@ -19,6 +20,7 @@ import weakref
 from http.client import HTTPConnection
 
 import pytest
+from conftest import TIME_SCALE
 from falcon import testing
 
 from reame.server import ServerConfig, create_app
@@ -708,11 +710,15 @@ def test_200_slow_clients_do_not_starve_the_server(server):
         stop.set()
         for s in socks:
             s.close()
-    print(f"\nbaseline max {max(base) * 1000:.1f} ms; under 200 slow clients: /health max "
+    pace = statistics.median(base[:5]) + statistics.median(base[5:])    # one unloaded round
+    print(f"\nbaseline max {max(base) * 1000:.1f} ms, a round {pace * 1000:.1f} ms; under 200 "
+          f"slow clients: /health max "
           f"{max(lat_h) * 1000:.1f} ms over {len(lat_h)}, completion max "
           f"{max(lat_c) * 1000:.1f} ms over {len(lat_c)}")
     assert all(r is True for r in results), [r for r in results if r is not True][:3]
-    assert len(lat_h) >= 10
+    # at least a quarter of the rounds the unloaded pace allows in the 5 s (x86: a round ~12 ms,
+    # so >= ~100 required, ~700 made; the 10 this asked before was 6 under emulation)
+    assert len(lat_h) >= max(3, 0.25 * 5 / pace), (len(lat_h), pace)
     assert max(lat_h) < 1.0 and max(lat_c) < 2.0, (max(lat_h), max(lat_c))
     assert still_open == 200
 
@@ -963,7 +969,7 @@ def test_cut_streams_count_as_499(server):
         stream.close()
     for _ in range(2):
         list(client.completions.create(model=MODEL, prompt="Once", max_tokens=4, stream=True))
-    t = time.monotonic() + 10
+    t = time.monotonic() + 10 * TIME_SCALE
     while server.metrics().get(key % (ep, 499), 0) - m0.get(key % (ep, 499), 0) < 5:
         assert time.monotonic() < t, server.metrics()
         time.sleep(0.05)
@@ -987,7 +993,7 @@ def test_a_client_that_reads_nothing_is_disconnected(strict):
         s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sk-strict"
                   b"\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body)
                   + body)
-        t = time.monotonic() + 20
+        t = time.monotonic() + 20 * TIME_SCALE
         while strict.metrics(auth).get(key, 0) == before:
             assert time.monotonic() < t, "the server still waits on a client that reads nothing"
             time.sleep(0.2)

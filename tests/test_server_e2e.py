@@ -54,6 +54,9 @@ class ReameServer:
             # one compute thread: on a shared 2-core machine, kernels whose threads meet at spin
             # barriers slow down badly when another process holds the other core
             args = (*args, "--threads", "1")
+        if TIME_SCALE != 1 and "--timeout" not in args:
+            # the server's own 600 s limit per request would end emulated long generations early
+            args = (*args, "--timeout", str(600 * TIME_SCALE))
         cmd = cmd or [sys.executable, "-m", "reame", "serve", str(model), "--host", "127.0.0.1",
                       "--port", str(self.port), *args]
         self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT,

@@ -35,7 +35,7 @@ from pathlib import Path
 import openai
 import pytest
 
-from conftest import missing_data
+from conftest import TIME_SCALE, missing_data
 from test_server_e2e import LONG, LONG_CTX, MODEL, REPO, ReameServer, free_port, http
 from test_server_nginx import nginx_binary
 
@@ -115,13 +115,13 @@ class Balancer:
         self.proc = subprocess.Popen([binary, "-p", str(prefix), "-c", str(conf), "-e",
                                       str(prefix / "error.log")],
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        t = time.monotonic() + 20
+        t = time.monotonic() + 20 * TIME_SCALE
         while True:
             if self.proc.poll() is not None:
                 pytest.fail(f"nginx exited: {self.proc.stdout.read().decode(errors='replace')}"
                             f"{self.error_log()}")
             try:
-                if http("GET", self.url + "/health", timeout=2)[0] == 200:
+                if http("GET", self.url + "/health", timeout=2 * TIME_SCALE)[0] == 200:
                     break
             except OSError:
                 pass
@@ -185,8 +185,8 @@ def kill_tree(pid: int):
             pass
 
 
-def complete(url, key=None, user=None, prompt="Once upon a time", max_tokens=4, timeout=60,
-             **extra):
+def complete(url, key=None, user=None, prompt="Once upon a time", max_tokens=4,
+             timeout=60 * TIME_SCALE, **extra):
     """POST /v1/completions, the session key in X-Session-Id and/or `user`: (status, body)."""
     body = {"model": MODEL, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0, **extra}
     if user is not None:
@@ -357,7 +357,8 @@ def _failover(reps, bal):
 
     # a stream of the victim's under way when it dies, read with the OpenAI client, the session
     # key in its default headers as docs/deploy.md shows
-    client = openai.OpenAI(base_url=bal.url + "/v1", api_key="none", max_retries=0, timeout=30,
+    client = openai.OpenAI(base_url=bal.url + "/v1", api_key="none", max_retries=0,
+                           timeout=30 * TIME_SCALE,
                            default_headers={"X-Session-Id": victim_keys[0]})
     cut = iter(client.completions.create(model=MODEL, prompt="Once upon a time", max_tokens=LONG,
                                          stream=True, extra_body={"ignore_eos": True}))
@@ -367,23 +368,23 @@ def _failover(reps, bal):
     for t in threads:
         t.start()
     try:
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + 20 * TIME_SCALE
         while reps[victim].metrics()["reame_running_requests"] < 3:     # the stream + 2 of ours
             assert time.monotonic() < deadline, "the victim never ran several requests at once"
             time.sleep(0.02)
         kill_tree(reps[victim].proc.pid)
         killed.set()
         t_kill = time.monotonic()
-        reps[victim].proc.wait(10)
+        reps[victim].proc.wait(10 * TIME_SCALE)
 
         # the cut stream: its client gets an error, not a clean, shortened end
         with pytest.raises(openai.APIConnectionError):
             for _ in cut:
-                assert time.monotonic() < t_kill + 20, "the cut stream went on"
+                assert time.monotonic() < t_kill + 20 * TIME_SCALE, "the cut stream went on"
         client.close()
 
         # a stream of the victim's sessions begun after the kill completes, from the survivor
-        conn = HTTPConnection("127.0.0.1", bal.port, timeout=30)
+        conn = HTTPConnection("127.0.0.1", bal.port, timeout=30 * TIME_SCALE)
         conn.request("POST", "/v1/completions", json.dumps({
             "model": MODEL, "prompt": "Once upon a time", "max_tokens": 16, "stream": True}),
             {"Content-Type": "application/json", "X-Session-Id": victim_keys[-1]})
@@ -394,7 +395,7 @@ def _failover(reps, bal):
         assert f'"model": "{survivor}"'.encode() in body
 
         for t in threads:
-            t.join(60)
+            t.join(60 * TIME_SCALE)
         assert not any(t.is_alive() for t in threads), "the load did not finish"
         time.sleep(0.2)                 # nginx writes a request's log line after its answer
 

@@ -44,7 +44,7 @@ class ReameServer:
     """`reame serve MODEL` (or any command) on a free loopback port; waits for /health."""
 
     def __init__(self, model, *args, cmd=None, env=None, port=None, log_dir=None,
-                 start_timeout=60 * TIME_SCALE):
+                 start_timeout=60 * TIME_SCALE, new_session=False):
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = Path(log_dir or "/tmp") / f"reame-serve-{self.port}.log"
@@ -60,7 +60,8 @@ class ReameServer:
         cmd = cmd or [sys.executable, "-m", "reame", "serve", str(model), "--host", "127.0.0.1",
                       "--port", str(self.port), *args]
         self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT,
-                                     env={**os.environ, **(env or {})}, cwd=REPO)
+                                     env={**os.environ, **(env or {})}, cwd=REPO,
+                                     start_new_session=new_session)  # own process group
         t = time.monotonic() + start_timeout
         while True:
             if self.proc.poll() is not None:

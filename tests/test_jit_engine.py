@@ -15,6 +15,7 @@ from reame.jit.engine import Q8K_MIN_TOKENS, JITEngine
 from reame.jit.select import prompt_q8k
 from reame.model import load_model
 from reame.reference import ReferenceEngine
+from reame.tensor_types import TENSOR_TYPES
 
 SHAPES = ("tiny-llama", "tiny-qwen2", "tiny-qwen3")
 FLOAT_MIXES = ("F32", "F16", "BF16")
@@ -614,17 +615,17 @@ def test_q8k_only_types_sites(synth_dir, mix):
     try:
         name = "blk.0.attn_q.weight"
         assert model.tensor(name).type.name == mix
-        tiles = ("amx", "i8mm")                 # the prompt tiles: x86 AMX, AArch64 smmla
-        amx = prompt_q8k(mix, eng.isa)
-        assert amx == any(v.family in tiles and v.usable(eng.isa)
-                          for v in get_op("matmul_q8k").variants)
+        tiles = TENSOR_TYPES[mix].prompt_families   # x86 AMX, AArch64 smmla
+        tiled = prompt_q8k(mix, eng.isa)
+        assert tiled == any(v.family in tiles and v.usable(eng.isa)
+                           for v in get_op("matmul_q8k").variants)
         for bucket in eng.buckets:
-            want = "matmul_q8k" if bucket <= 16 or amx else "matmul"
+            want = "matmul_q8k" if bucket <= 16 or tiled else "matmul"
             assert _site_ops(eng, bucket)[name] == want, (bucket, want)
             fam = eng.table.by_name[f"{name}@{bucket}"].kernel.spec.family
-            assert (fam in tiles) == amx if bucket > 16 else fam != "amx", (bucket, fam)
-        for n, fmt in ((1, "q8k"), (16, "q8k"), (17, "q8k" if amx else None),
-                       (32, "q8k" if amx else None)):
+            assert (fam in tiles) == tiled if bucket > 16 else fam != "amx", (bucket, fam)
+        for n, fmt in ((1, "q8k"), (16, "q8k"), (17, "q8k" if tiled else None),
+                       (32, "q8k" if tiled else None)):
             ref._step_tokens = n
             assert ref.act_format(name) == fmt, n
     finally:

@@ -67,6 +67,11 @@ def add_serve_command(subparsers) -> None:
     p.add_argument("--send-timeout", type=float, default=None, metavar="SEC",
                    help="seconds a client may read nothing of its answer before it is "
                         "disconnected, 0: never (default: $REAME_SEND_TIMEOUT or 60)")
+    p.add_argument("--send-buffer", type=int, default=None, metavar="BYTES",
+                   help="the kernel's send buffer per connection (SO_SNDBUF, as nginx's "
+                        "listen sndbuf=): bounds the memory a slow reader holds and how much "
+                        "of an answer it can leave unread before --send-timeout runs; 0: the "
+                        "OS's autotuned default (default: $REAME_SEND_BUFFER or 0)")
     p.add_argument("--pooling", default=None, choices=("mean", "last"),
                    help="how /v1/embeddings pools the final hidden states (default: "
                         "$REAME_POOLING, else the GGUF's pooling_type, else last)")
@@ -131,7 +136,8 @@ def cmd_serve(args) -> int:
         api_key=args.api_key, chat_template_file=args.chat_template_file,
         model_alias=args.alias, workers=args.workers, cors_origins=args.cors_origins,
         max_connections=args.max_connections, header_timeout=args.header_timeout,
-        body_timeout=args.body_timeout, send_timeout=args.send_timeout, pooling=args.pooling,
+        body_timeout=args.body_timeout, send_timeout=args.send_timeout,
+        send_buffer=args.send_buffer, pooling=args.pooling,
         reasoning_format=args.reasoning_format, adaptive=args.adaptive,
         adaptive_dir=args.adaptive_dir, adaptive_boot=args.adaptive_boot,
         adaptive_report=args.adaptive_report, tpot_limit=args.tpot_limit, pin=pin)

@@ -38,6 +38,8 @@ class ServerConfig:
     header_timeout: float = 10.0        # seconds for a request's head to arrive (then 408)
     body_timeout: float = 60.0          # seconds for its body to arrive after the head (then 408)
     send_timeout: float = 60.0          # seconds a client may read nothing of its answer (0: none)
+    send_buffer: int = 0                # bytes the kernel buffers per connection's answer
+                                        # (SO_SNDBUF; 0: the OS's autotuned default)
     max_connections: int = 1000         # open connections per worker (gunicorn worker_connections)
     cors_origins: str | None = None     # "*" or a comma list of origins allowed by CORS; None: off
     pooling: str | None = None          # /v1/embeddings: mean | last (None: the model's metadata)
@@ -65,6 +67,7 @@ class ServerConfig:
         "model_alias": "REAME_MODEL_ALIAS", "max_body_bytes": "REAME_MAX_BODY_BYTES",
         "metrics_dir": "REAME_METRICS_DIR", "header_timeout": "REAME_HEADER_TIMEOUT",
         "body_timeout": "REAME_BODY_TIMEOUT", "send_timeout": "REAME_SEND_TIMEOUT",
+        "send_buffer": "REAME_SEND_BUFFER",
         "max_connections": "REAME_MAX_CONNECTIONS", "cors_origins": "REAME_CORS_ORIGINS",
         "pooling": "REAME_POOLING", "reasoning_format": "REAME_REASONING_FORMAT",
         "adaptive": "REAME_ADAPTIVE", "adaptive_dir": "REAME_ADAPTIVE_DIR",
@@ -142,6 +145,8 @@ class ServerConfig:
             raise ReameError("header_timeout and body_timeout must be > 0")
         if self.send_timeout < 0:
             raise ReameError("send_timeout must be >= 0")
+        if self.send_buffer < 0:
+            raise ReameError("send_buffer must be >= 0")
         if self.max_connections < 1:
             raise ReameError("max_connections must be >= 1")
         if self.pin not in ("auto", "cores", "off"):

@@ -23,7 +23,8 @@ for a client to send, so slow clients cost a connection slot and a buffer each, 
   capped below the process's file-descriptor limit; beyond it new connections wait in the
   listen backlog;
 - while a thread writes the response, a client that reads nothing for `send_timeout` seconds is
-  disconnected (its generation is cancelled): a stream nobody reads cannot hold a thread.
+  disconnected (its generation is cancelled): a stream nobody reads cannot hold a thread;
+  `send_buffer` (SO_SNDBUF, when set) bounds what the kernel holds for it meanwhile.
 
 Errors gunicorn's own parser raises (a malformed request line or header, too many or too large
 header fields, ...) are answered with the OpenAI error body as JSON instead of gunicorn's HTML.
@@ -295,6 +296,7 @@ class ReameWorker(ThreadWorker):
         self.header_timeout = config.header_timeout
         self.body_timeout = config.body_timeout
         self.send_timeout = config.send_timeout
+        self.send_buffer = config.send_buffer
         self.max_body = config.max_body_bytes
         self.buffer_budget = 16 * config.max_body_bytes
         cfg = self.cfg
@@ -473,6 +475,8 @@ class ReameWorker(ThreadWorker):
     def handle_request(self, req, conn):
         if self.send_timeout:
             conn.sock.settimeout(self.send_timeout)
+        if self.send_buffer:
+            conn.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self.send_buffer)
         try:
             return super().handle_request(req, conn)
         except TimeoutError:

@@ -64,7 +64,7 @@ def cmd_info(args) -> int:
 
 
 def cmd_generate(args) -> int:
-    from .engines import create_engine
+    from .engines import context_size, create_engine
     from .generate import Generation, generate_stream
     from .model import load_model
     from .sampling import SamplingParams
@@ -94,11 +94,13 @@ def cmd_generate(args) -> int:
         prompt_ids = tpl.encode(tok, messages, add_generation_prompt=True)
     else:
         prompt_ids = tok.encode(args.prompt, add_special=True, parse_special=args.special)
-    engine = create_engine(model, args.engine, n_ctx=args.ctx_size, max_seqs=1,
+    # the request is checked (a prompt longer than the context) before kernels are compiled
+    n_ctx = context_size(model, args.ctx_size)
+    gen = Generation(tok, prompt_ids, params, max_tokens=args.max_tokens, stop=args.stop or [],
+                     n_ctx=n_ctx, ignore_eos=args.ignore_eos)
+    engine = create_engine(model, args.engine, n_ctx=n_ctx, max_seqs=1,
                            kv_type=args.kv_type, threads=args.threads, act_type=args.act_type,
                            attn_type=args.attn_type)
-    gen = Generation(tok, prompt_ids, params, max_tokens=args.max_tokens, stop=args.stop or [],
-                     n_ctx=engine.n_ctx, ignore_eos=args.ignore_eos)
     out = sys.stdout
     if args.echo:
         out.write(args.prompt)

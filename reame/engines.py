@@ -28,6 +28,11 @@ ATTN_TYPES = ("auto", "f32", "bf16")
 DEFAULT_ATTN_TYPE = "auto"
 
 
+def context_size(model, n_ctx: int | None = None) -> int:
+    """The context per sequence an engine gets: n_ctx, else min(trained context, 4096)."""
+    return n_ctx or min(model.config.n_ctx_train, DEFAULT_MAX_CTX)
+
+
 def create_engine(model, name: str = DEFAULT_ENGINE, *, n_ctx: int | None = None,
                   max_seqs: int = 4, kv_type: str = "f32", threads: int | None = None,
                   act_type: str | None = None, block_size: int = DEFAULT_BLOCK_SIZE,
@@ -49,7 +54,7 @@ def create_engine(model, name: str = DEFAULT_ENGINE, *, n_ctx: int | None = None
     if attn_type == "bf16" and name != "jit":
         raise ReameError(f"--attn-type {attn_type} needs the jit engine (the {name} engine's "
                          "attention is f32)")
-    n_ctx = n_ctx or min(model.config.n_ctx_train, DEFAULT_MAX_CTX)
+    n_ctx = context_size(model, n_ctx)
     c = model.config
     per_block = block_size * bytes_per_token(c.n_layer, c.n_head_kv, c.head_dim, c.head_dim_v,
                                              kv_type)

@@ -175,7 +175,7 @@ def test_a_faster_variant_is_promoted_and_one_that_degrades_is_rolled_back(
         cls = next(c for c in rt.tuner.classes.values()
                    if c.program == "4" and c.op == "matmul_q8")
         real = rt.engine.table.slots[cls.slots[0]].kernel
-        slow_live = Wrapped(real, delay=4e-4, name="slowlive")
+        slow_live = Wrapped(real, delay=4e-4 * TIME_SCALE, name="slowlive")
         fast = Wrapped(real, delay=0.0, name="fast")
         holder.update(slow=slow_live, fast=fast, real=real, live0=live0)
         return tune_one_class(rt, [fast.kernel], live=slow_live.kernel)
@@ -185,7 +185,7 @@ def test_a_faster_variant_is_promoted_and_one_that_degrades_is_rolled_back(
     assert rt.engine.table.slots[cls.slots[0]].kernel is holder["fast"].kernel
     assert all(o == reference_output for o in outs)
     # the promoted variant degrades: the confirmation finds the previous one faster
-    holder["fast"].delay = 1.2e-3
+    holder["fast"].delay = 1.2e-3 * TIME_SCALE
     s = Scheduler(rt.engine, rt.params, adaptive=rt).start()
     try:
         more = [greedy_run(model, s) for _ in range(2)]
@@ -206,7 +206,7 @@ def test_a_slowed_variant_is_rejected_and_a_wrong_one_refused(model, tmp_path,
                    if c.program == "4" and c.op == "matmul_q8")
         real = rt.engine.table.slots[cls.slots[0]].kernel
         return tune_one_class(rt, [Wrapped(real, wrong_above=2, name="wrong").kernel,
-                                   Wrapped(real, delay=5e-4, name="slow").kernel])
+                                   Wrapped(real, delay=5e-4 * TIME_SCALE, name="slow").kernel])
 
     rt, cls, outs = run_adaptive(model, tmp_path, setup)
     t = rt.tuner

@@ -281,7 +281,17 @@ BAD_FLAGS = [
 
 
 @pytest.mark.parametrize("flags,named", BAD_FLAGS, ids=[" ".join(f) for f, _ in BAD_FLAGS])
-def test_generate_bad_flag_values(capsys, stories, flags, named):
+def test_generate_bad_flag_values(capsys, monkeypatch, stories, flags, named):
+    """Each refused in one line before an engine is built (compiling its kernels would print
+    progress lines first where that takes a while, and waste the time: the emulated run's
+    failure for --ctx-size 3, checked only after the JIT engine was built)."""
+    from reame.jit.engine import JITEngine
+    from reame.reference import ReferenceEngine
+
+    def built(*a, **k):
+        raise AssertionError("an engine was built before the flags were checked")
+    for cls in (JITEngine, ReferenceEngine):
+        monkeypatch.setattr(cls, "__init__", built)
     msg = one_line_error(*cli(capsys, "generate", stories, "-p", PROMPT, *flags))
     assert named in msg, msg
 

@@ -592,7 +592,8 @@ def strict(stories_path, tmp_path_factory):
     """Short timeouts, a 4 KiB body limit, an API key, mean pooling."""
     s = ReameServer(stories_path, "--max-seqs", "2", "--http-threads", "8", "--ctx-size",
                     LONG_CTX, "--header-timeout", "1", "--body-timeout", "1", "--send-timeout",
-                    "1", "--send-buffer", "8192", "--api-key", "sk-strict", "--cors-origins", ORIGIN, "--pooling", "mean",
+                    "1", "--send-buffer", "8192", "--api-key", "sk-strict", "--cors-origins",
+                    ORIGIN, "--pooling", "mean",
                     env={"REAME_MAX_BODY_BYTES": "4096"},
                     log_dir=tmp_path_factory.mktemp("strict"))
     yield s
@@ -1011,7 +1012,6 @@ def test_a_client_that_reads_nothing_is_disconnected(strict):
         assert m["reame_running_requests"] == 0
         generated = (m["reame_generation_tokens_total"]
                      - before.get("reame_generation_tokens_total", 0))
-        print("tokens generated before the disconnect:", generated)
         # cancelled, not finished; and early: --send-buffer 8192 lets ~20 tokens' chunks
         # wait in the kernel here, the OS's autotuned default ~2,300 (a buffer not set)
         assert generated < 400

@@ -322,6 +322,8 @@ class ReameWorker(ThreadWorker):
             if e.errno not in (errno.EAGAIN, errno.ECONNABORTED, errno.EWOULDBLOCK):
                 raise
             return
+        if self.send_buffer:                            # once per connection
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self.send_buffer)
         self.nr_conns += 1
         conn = ReameConn(self.cfg, sock, addr, listener.getsockname())
         conn.worker = self
@@ -475,8 +477,6 @@ class ReameWorker(ThreadWorker):
     def handle_request(self, req, conn):
         if self.send_timeout:
             conn.sock.settimeout(self.send_timeout)
-        if self.send_buffer:
-            conn.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self.send_buffer)
         try:
             return super().handle_request(req, conn)
         except TimeoutError:

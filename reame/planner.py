@@ -102,6 +102,14 @@ class Work:
     n: int              # tokens computed
     row: int = -1       # logits row (the chunk reaches the last token), else -1
     offset: int = 0     # index of its first token in the step's batch
+    # drafted tokens verified after the sequence's next token (reame/speculate): the work
+    # computes n = 1 + len(draft) positions, each with a logits row from `row` on
+    draft: list[int] = field(default_factory=list)
+
+    @property
+    def decodes(self) -> bool:
+        """A decode token (with its draft, if any), not a prompt chunk."""
+        return self.n - len(self.draft) == 1
 
 
 @dataclass
@@ -122,8 +130,14 @@ class Outcome:
 
 
 class Planner:
-    def __init__(self, kv, params: SchedulerParams | None = None, salt: bytes = b""):
+    def __init__(self, kv, params: SchedulerParams | None = None, salt: bytes = b"",
+                 speculator=None, max_logits: int | None = None):
+        """`speculator`: a reame.speculate.Speculator drafting tokens for the decoding
+        sequences (None: no speculation); `max_logits`: the logits rows one step may ask the
+        engine for (None: unbounded)."""
         self.kv, self.params = kv, params or SchedulerParams()
+        self.speculator = speculator
+        self.max_logits = max_logits or 1 << 30
         self.bs = kv.block_size
         self.pool = BlockPool(kv.n_blocks, self.bs, salt)
         self.slots = list(range(kv.max_seqs - 1, -1, -1))
@@ -174,14 +188,19 @@ class Planner:
                                f"{len(seq.siblings)} more choices) cannot fit a KV pool of "
                                f"{self.pool.n_blocks} blocks of {self.bs} and a batch of "
                                f"{self.params.max_batch}")
+        drafts = self._drafts(decode, chunks) if self.speculator is not None and decode else {}
         work, tokens, positions, slots, rows = [], [], [], [], []
         for seq, n in decode + chunks:
             start = seq.n_computed
-            w = Work(seq, start, n, offset=len(tokens))
-            tokens += seq.tokens[start:start + n]
-            positions += range(start, start + n)
-            slots += [seq.slot] * n
-            if start + n == len(seq.tokens) and seq.pooling is None:
+            draft = drafts.get(id(seq), [])
+            w = Work(seq, start, n + len(draft), offset=len(tokens), draft=draft)
+            tokens += seq.tokens[start:start + n] + draft
+            positions += range(start, start + w.n)
+            slots += [seq.slot] * w.n
+            if draft:                           # every position of a verified draft: logits
+                w.row = len(rows)
+                rows += range(len(tokens) - w.n, len(tokens))
+            elif start + n == len(seq.tokens) and seq.pooling is None:
                 w.row = len(rows)
                 rows.append(len(tokens) - 1)
             work.append(w)
@@ -189,6 +208,39 @@ class Planner:
             return None
         return StepPlan(Batch.build(tokens, positions, slots, rows), work, len(decode),
                         preempted, admitted)
+
+    def _drafts(self, decode: list, chunks: list) -> dict[int, list[int]]:
+        """Draft tokens for the decoding sequences (id(seq) -> tokens), within the token budget
+        and the logits rows the step leaves, and the KV blocks free without preempting anyone
+        (a draft never displaces a sequence)."""
+        rows = len(decode) + sum(1 for s, n in chunks if s.n_computed + n == len(s.tokens))
+        used = len(decode) + sum(n for _, n in chunks)
+        room = min(self.params.token_budget - used, self.max_logits - rows)
+        seqs = [s for s, _ in decode if not s.siblings and s.pooling is None]
+        if room <= 0 or not seqs:
+            return {}
+        caps = []
+        for s in seqs:
+            cap = self.kv.n_ctx - 1 - s.n_computed          # positions stay in the context
+            limit = getattr(s.gen, "max_tokens", None)
+            if limit is not None:                           # tokens past max_tokens: wasted
+                cap = min(cap, limit - len(s.gen.output_ids) - 1)
+            caps.append(max(0, cap))
+        proposed = self.speculator.propose(seqs, caps, used, rows, room)
+        out = {}
+        for s, d in zip(seqs, proposed):
+            if d:
+                need = -(-(s.n_computed + 1 + len(d)) // self.bs) - len(s.blocks)
+                if need > self.pool.available:
+                    d = d[:(len(s.blocks) + self.pool.available) * self.bs - s.n_computed - 1]
+                    need = self.pool.available
+                if d:
+                    new = [self.pool.allocate() for _ in range(max(0, need))]
+                    if new:
+                        self.kv.set_blocks(s.slot, len(s.blocks), new)
+                        s.blocks += new
+                    out[id(s)] = d
+        return out
 
     def _chunk(self, remaining: int, budget: int, chunks: list) -> int:
         """How many of its `remaining` prompt tokens a sequence computes this step: as many as
@@ -300,6 +352,9 @@ class Planner:
             seq = w.seq
             if seq.state != RUNNING:            # aborted meanwhile
                 continue
+            if w.draft:
+                out += self._verify(w, logits)
+                continue
             seq.n_computed += w.n
             self._register_full(seq)
             if seq.pooling is not None:
@@ -323,6 +378,38 @@ class Planner:
                     self.finish(s)
                 else:
                     s.tokens.append(step.token)
+        return out
+
+    def _verify(self, w: Work, logits) -> list[Outcome]:
+        """Sample the positions of a verified draft in order, as plain decoding would, while
+        the sampled token is the drafted one; then keep the K/V of the accepted positions only:
+        the rejected ones are past n_computed (never read: attention is causal, and they are
+        overwritten when computed for real), their blocks are released, and the prefix cache
+        registers only blocks full of accepted tokens."""
+        seq, k = w.seq, len(w.draft)
+        out, accepted = [], 0
+        for i in range(k + 1):
+            try:
+                step = seq.gen.step(logits[w.row + i])
+            except Exception as e:              # a sampling bug fails this sequence's request
+                out.append(Outcome(seq, error=e))
+                break
+            out.append(Outcome(seq, step))
+            if step.finish_reason:
+                self.finish(seq)
+                break
+            seq.tokens.append(step.token)
+            if i == k or step.token != w.draft[i]:
+                break
+            accepted += 1
+        self.speculator.verified(seq, w.draft, accepted, len(out))
+        if seq.state == RUNNING:
+            seq.n_computed = w.start + 1 + accepted
+            self._register_full(seq)
+            keep = -(-(seq.n_computed + 1) // self.bs)     # the blocks the next token needs
+            for b in reversed(seq.blocks[keep:]):
+                self.pool.release(b)
+            del seq.blocks[keep:]
         return out
 
     @staticmethod
@@ -407,6 +494,8 @@ class Planner:
         that never forked end with it."""
         if seq.state == DONE:
             return
+        if self.speculator is not None and seq.pooling is None:
+            self.speculator.finished(seq)
         if seq.state == WAITING and seq in self.waiting:
             self.waiting.remove(seq)
         self._release(seq)

@@ -151,14 +151,17 @@ def default_params(engine, **overrides) -> SchedulerParams:
 class Scheduler:
     def __init__(self, engine, params: SchedulerParams | None = None, *,
                  queue_size: int | None = None, prefill_chunk: int | None = None,
-                 salt: bytes = b"", adaptive=None):
-        """`adaptive`: a reame.adaptive.AdaptiveRuntime told about every step (or None)."""
+                 salt: bytes = b"", adaptive=None, speculator=None):
+        """`adaptive`: a reame.adaptive.AdaptiveRuntime told about every step (or None);
+        `speculator`: a reame.speculate.Speculator (None: no speculative decoding)."""
         self.engine = engine
         self.params = params or default_params(engine, max_waiting=queue_size,
                                                prefill_chunk=prefill_chunk)
         self.params.check(getattr(engine, "max_tokens", self.params.token_budget),
                           engine.kv.max_seqs)
-        self.planner = Planner(engine.kv, self.params, salt)
+        self.speculator = speculator
+        self.planner = Planner(engine.kv, self.params, salt, speculator=speculator,
+                               max_logits=getattr(engine, "max_logits", None))
         self.adaptive = adaptive
         if adaptive is not None:
             adaptive.pool = self.planner.pool       # the prefix cache's counters, for the report
@@ -331,6 +334,7 @@ class Scheduler:
         masks = self._prepare_masks(plan)
         if self.adaptive is not None:
             self.adaptive.before_step(plan)
+        t0 = time.perf_counter()
         try:
             logits = self.engine.forward(plan.batch)
             if masks is not None:
@@ -343,7 +347,10 @@ class Scheduler:
         self.steps += 1
         t = time.monotonic()
         ended = {}
-        for o in self.planner.apply(plan, logits, getattr(self.engine, "final_hidden", None)):
+        outcomes = self.planner.apply(plan, logits, getattr(self.engine, "final_hidden", None))
+        if self.speculator is not None:         # the step's cost: forward pass and sampling
+            self.speculator.step_done(len(plan.batch), time.perf_counter() - t0)
+        for o in outcomes:
             r = o.seq.owner
             if r.finished:
                 continue
@@ -363,7 +370,7 @@ class Scheduler:
         for r in ended.values():               # after every event of the step is out
             self._maybe_done(r)
         if self.adaptive is not None:
-            self.adaptive.after_step(plan, sum(1 for w in plan.work if w.row >= 0),
+            self.adaptive.after_step(plan, sum(1 for o in outcomes if o.step is not None),
                                      self.planner.n_running, self.planner.n_waiting)
         return True
 

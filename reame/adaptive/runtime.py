@@ -176,7 +176,7 @@ class AdaptiveRuntime:
         """After the step's forward pass and sampling; `running` sequences hold a batch place
         and `waiting` ones wait for one (the batch tuner's signal of saturation)."""
         now = time.monotonic()
-        decode_only = all(w.n == 1 for w in plan.work)
+        decode_only = all(w.decodes for w in plan.work)
         self.profile.step(len(plan.batch), n_sampled, now - self._t_step, decode_only, now)
         if self.profile.outputs and self.batch.steps % 64 == 0:   # a generation's length
             self.batch.cycle = int(percentile(self.profile.outputs, 0.5))

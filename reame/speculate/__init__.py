@@ -1,0 +1,242 @@
+"""Speculation learned from traffic: drafts without a draft model, verified inside the batch.
+
+The planner (reame/planner.py) asks, once a step's decode tokens, prompt chunks and admissions
+are planned, which draft tokens each decoding sequence should add:
+
+    drafts = speculator.propose(seqs, caps, base_tokens, base_value, max_total)
+    ... the step computes [last token, *draft] for each, with a logits row for every position ...
+    speculator.verified(seq, draft, accepted)      # after sampling, position by position
+    speculator.step_done(n_tokens, seconds)        # the step's measured cost
+    speculator.finished(seq)                       # the request's text joins the global index
+
+Drafts come from the sequence's own prompt and output and from earlier requests
+(index.TokenIndex); how many tokens each sequence drafts follows the measured step-cost curve
+and the acceptance its request class has shown (control.py). Verification is plain sampling:
+each position's logits go through the request's own Generation (penalties, grammar, bias,
+temperature, top-k/p, stop strings exactly as without speculation), and the draft token is
+accepted when the sampled token equals it. For a drafted token x this accepts with probability
+p(x) and otherwise yields a token drawn from p with x excluded, renormalised: the speculative
+sampling rule for a deterministic draft, so the output distribution is the model's, and with
+a seed the very tokens of plain decoding (the random stream is used the same way).
+
+Counters (Prometheus, vLLM's names), the report section and the saved state are here too; the
+adaptive runtime (reame/adaptive/runtime.py) reports and saves them with its strategy.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from .control import MAX_DRAFT, Acceptance, StepCost, choose
+from .index import CHUNK, Candidate, TokenIndex
+
+MODES = ("auto", "on", "off")
+EXPLORE_EVERY = 64      # one in this many drafts the controller declined is verified anyway
+MIN_CONF = 0.5          # a draft stops where fewer than half of its sources agree
+
+
+class SeqState:
+    """What the speculator keeps for one running sequence."""
+
+    def __init__(self, seq, cls: str):
+        self.cls = cls
+        self.local = TokenIndex(local=True)
+        self.local.add(seq.tokens)              # the sequence's own token list, as it grows
+        self.follow: list[tuple[TokenIndex, Candidate]] = []
+        self.follow_len = 0                     # len(seq.tokens) when `follow` was made
+        self.match = 0                          # the last draft's match length
+        self.sources: list[tuple[TokenIndex, int]] = []   # documents behind the last draft
+
+
+def request_class(seq) -> str:
+    """Acceptance is kept per class: the prompt's first chunk (its system prompt or template)
+    and the sampling mode (greedy or by temperature, constrained or free)."""
+    g = seq.gen
+    p = getattr(g, "params", None)
+    t = getattr(p, "temperature", 0.0) or 0.0
+    mode = "greedy" if t == 0 else f"t{min(2.0, round(t * 4) / 4):g}"
+    if getattr(g, "constraint", None) is not None:
+        mode += "+grammar"
+    head = hash(tuple(seq.tokens[:min(CHUNK, seq.n_prompt)])) & 0xFFFFFFFF
+    return f"{head:08x}:{mode}"
+
+
+class Speculator:
+    def __init__(self, n_vocab: int, *, max_tokens: int = 1 << 18, learn: bool = True):
+        """`max_tokens`: the global index's bound (token positions of earlier requests);
+        `learn`: finished requests join the global index (False: each request drafts from
+        itself only)."""
+        self.n_vocab = n_vocab
+        self.learn = learn
+        self.global_ = TokenIndex(max_tokens)
+        self.cost = StepCost()
+        self.accept = Acceptance()
+        self.states: dict[int, SeqState] = {}
+        self.lock = threading.Lock()            # the engine thread writes; reports read
+        self._declined = 0
+        # counters since start (vLLM: spec_decode_num_drafts / _draft_tokens / _accepted_tokens)
+        self.drafts = self.draft_tokens = self.accepted_tokens = 0
+        self.accepted_per_pos = [0] * MAX_DRAFT
+        self.emitted = 0                        # tokens emitted by sequences that verified
+        self.loaded_docs = 0
+        self.t0 = time.monotonic()
+
+    # ---- the planner's calls (engine thread) ----
+
+    def propose(self, seqs, caps: list[int], base_tokens: int, base_value: float,
+                max_total: int) -> list[list[int]]:
+        """Draft tokens for each decoding sequence (at most caps[i] for seqs[i], max_total in
+        all); [] where the controller finds drafting loses."""
+        offers, cands = [], []
+        for seq, cap in zip(seqs, caps):
+            draft, conf, st = self._draft(seq, min(cap, MAX_DRAFT)) if cap > 0 else ([], [], None)
+            cands.append(draft)
+            if draft:
+                rates = self.accept.rates(st.cls, st.match, len(draft))
+                offers.append([r * c for r, c in zip(rates, conf)])
+            else:
+                offers.append([])
+        ks = choose(offers, base_tokens, base_value, self.cost, max_total)
+        total = sum(ks)
+        for i, d in enumerate(cands):           # exploration: a declined draft now and then
+            if d and ks[i] == 0 and total < max_total:
+                self._declined += 1
+                if self._declined % EXPLORE_EVERY == 0:
+                    ks[i] = 1
+                    total += 1
+        return [d[:k] for d, k in zip(cands, ks)]
+
+    def _state(self, seq) -> SeqState:
+        st = self.states.get(id(seq))
+        if st is None:
+            st = self.states[id(seq)] = SeqState(seq, request_class(seq))
+        return st
+
+    def _draft(self, seq, limit: int):
+        """(tokens, confidence of each, state): the continuation most sources agree on after
+        the sequence's longest earlier match."""
+        st = self._state(seq)
+        ctx = seq.tokens
+        st.local.extend(0)
+        cands = self._advance(st, ctx)
+        if not cands:
+            found = [(st.local, c) for c in st.local.candidates(ctx)]
+            found += [(self.global_, c) for c in self.global_.candidates(ctx)]
+            found.sort(key=lambda x: (-x[1].match, not x[1].local, -x[1].weight))
+            cands = found[:4]
+        st.follow, st.follow_len = cands, len(ctx)
+        if not cands:
+            st.match = 0
+            return [], [], st
+        best = cands[0][1].match
+        n = min(limit, max(2, 2 * best))
+        conts = [(ix, c, ix.continuation(c, n)) for ix, c in cands]
+        draft, conf = [], []
+        alive = conts
+        for j in range(n):
+            votes: dict[int, float] = {}
+            for _, c, cont in alive:
+                if j < len(cont):
+                    votes[cont[j]] = votes.get(cont[j], 0.0) + c.match + (0.5 if c.local else 0)
+            if not votes:
+                break
+            tok = max(votes, key=votes.get)
+            share = votes[tok] / sum(votes.values())
+            if share < MIN_CONF:
+                break
+            draft.append(tok)
+            conf.append(share)
+            alive = [a for a in alive if j < len(a[2]) and a[2][j] == tok]
+        st.match = best
+        st.sources = [(ix, c.doc) for ix, c, _ in alive]
+        return draft, conf, st
+
+    @staticmethod
+    def _advance(st: SeqState, ctx) -> list:
+        """The last draft's sources still agreeing with the tokens since (an echo goes on)."""
+        new = ctx[st.follow_len:]
+        if not st.follow or not new:
+            return []
+        out = []
+        for ix, c in st.follow:
+            if ix.continuation(c, len(new)) == list(new):
+                out.append((ix, Candidate(c.doc, c.pos + len(new),
+                                          c.match + len(new), c.weight, c.local)))
+        return out
+
+    def verified(self, seq, draft: list[int], accepted: int, emitted: int) -> None:
+        """seq verified `draft` in a step: its first `accepted` tokens were sampled;
+        `emitted` tokens came out of the step for it."""
+        if not draft:
+            return
+        st = self.states.get(id(seq))
+        with self.lock:
+            self.drafts += 1
+            self.draft_tokens += len(draft)
+            self.accepted_tokens += accepted
+            self.emitted += emitted
+            for j in range(accepted):
+                self.accepted_per_pos[j] += 1
+        if st is not None:
+            self.accept.observe(st.cls, st.match, len(draft), accepted)
+            if accepted:
+                for ix, doc in st.sources:
+                    ix.credit(doc, accepted / max(1, len(st.sources)))
+
+    def step_done(self, n_tokens: int, seconds: float) -> None:
+        self.cost.observe(n_tokens, seconds)
+
+    def finished(self, seq) -> None:
+        """seq is done: forget its state; its prompt and output join the global index."""
+        st = self.states.pop(id(seq), None)
+        if st is None and not self.learn:
+            return
+        out = seq.tokens[seq.n_prompt:]
+        if self.learn and (out or st is not None):
+            with self.lock:
+                self.global_.add_request(seq.tokens[:seq.n_prompt], out)
+
+    # ---- report and persistence ----
+
+    def report(self) -> dict:
+        with self.lock:
+            d, t, a = self.drafts, self.draft_tokens, self.accepted_tokens
+            per_pos = list(self.accepted_per_pos)
+            g = self.global_
+            out = {
+                "draft_tokens": t, "accepted_tokens": a, "verify_steps": d,
+                "acceptance_rate": round(a / t, 4) if t else None,
+                "accepted_per_verify": round(a / d, 3) if d else None,
+                "tokens_per_verify": round(self.emitted / d, 3) if d else None,
+                "accepted_per_position": per_pos,
+                "index": {"documents": len(g.docs), "tokens": g.n_tokens,
+                          "max_tokens": g.max_tokens, "evictions": g.evictions,
+                          "loaded_documents": self.loaded_docs},
+                "step_cost_s": self.cost.curve(),
+            }
+        return out
+
+    def state(self) -> dict:
+        with self.lock:
+            return {"index": self.global_.state(), "acceptance": self.accept.state(),
+                    "step_cost": {str(k): v for k, v in self.cost.curve().items()}}
+
+    def load(self, state: dict) -> int:
+        """Restore state(); returns the documents loaded. ValueError when malformed (then
+        nothing is kept)."""
+        if not isinstance(state, dict):
+            raise ValueError("an object expected")
+        fresh = TokenIndex(self.global_.max_tokens)
+        n = fresh.load(state.get("index") or {}, self.n_vocab)
+        acc = Acceptance()
+        acc.load(state.get("acceptance") or [])
+        cost = StepCost()
+        for k, v in (state.get("step_cost") or {}).items():
+            if not (str(k).isdigit() and isinstance(v, (int, float)) and v > 0):
+                raise ValueError("step_cost: token count -> seconds expected")
+            cost.observe(int(k), float(v))
+        with self.lock:
+            self.global_, self.accept, self.cost = fresh, acc, cost
+            self.loaded_docs = n
+        return n

@@ -1,0 +1,189 @@
+"""How many drafted tokens each sequence verifies in a step: the expected accepted tokens per
+second, from measured step costs and observed acceptance.
+
+- `StepCost`: the live cost curve, seconds of a scheduler step (forward pass and sampling) by
+  the tokens it computes, measured on this server (an exponentially weighted mean per token
+  count up to 64, per power-of-two range above); a count never measured is interpolated between
+  measured neighbours, and beyond the largest measured one costs `PRIOR_SLOPE` of the one-token
+  step per token more, an optimistic guess that one step then measures. Estimates not refreshed
+  for `STALE_STEPS` steps are re-measured: the next such step may try them again.
+- `Acceptance`: per request class (reame/speculate/__init__.py) and match-length range, how often
+  the draft token at each depth was accepted once the ones before it were (Beta-smoothed,
+  decayed so that it follows a change of traffic).
+- `choose`: the allocation. A sequence offering draft tokens with acceptance a_1, a_2, ... is
+  expected to emit 1 + a_1 + a_1 a_2 + ... tokens; taking draft tokens in order of their
+  expected gain over every sequence gives the best value for each added total K, and the step
+  takes the K of the highest value / cost(base + K). K = 0 whenever drafting loses: at
+  saturation (cost grows as fast as tokens) or at low acceptance.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+
+PRIOR_SLOPE = 0.08      # unmeasured step sizes: +8% of a one-token step per token (optimistic)
+STALE_STEPS = 2000      # a cost estimate older than this many steps may be measured again
+MAX_DRAFT = 15          # draft tokens per sequence and step (1 + 15 fits the 16-token program)
+PRIOR_ACCEPT = (1.2, 0.8)   # Beta prior of a depth's acceptance (a mean of 0.6: worth a try)
+DECAY = 0.995           # per observation of a class: old evidence fades (~200 verify steps)
+
+
+def _bin(n: int) -> int:
+    """Token counts up to 64 exactly, then one bin per power of two."""
+    return n if n <= 64 else 64 + int(math.log2(n - 1)) - 5
+
+
+class StepCost:
+    def __init__(self, alpha: float = 0.2):
+        self.alpha = alpha
+        self.mean: dict[int, float] = {}     # bin -> seconds
+        self.count: dict[int, int] = {}
+        self.seen: dict[int, int] = {}       # bin -> step number of the last measurement
+        self.rep: dict[int, int] = {}        # bin -> a token count it holds (for interpolation)
+        self.steps = 0
+
+    def observe(self, n_tokens: int, seconds: float) -> None:
+        if n_tokens < 1 or not seconds > 0:
+            return
+        self.steps += 1
+        b = _bin(n_tokens)
+        m = self.mean.get(b)
+        # the first few measurements of a size: a plain mean (one slow step does not stick)
+        k = self.count.get(b, 0) + 1
+        w = max(self.alpha, 1.0 / k)
+        self.mean[b] = seconds if m is None else m + w * (seconds - m)
+        self.count[b] = k
+        self.seen[b] = self.steps
+        self.rep.setdefault(b, n_tokens)
+
+    def known(self) -> bool:
+        return bool(self.mean)
+
+    def __call__(self, n: int) -> float:
+        """Estimated seconds of a step of n tokens (0 when nothing was measured yet)."""
+        b = _bin(n)
+        m = self.mean.get(b)
+        if m is not None and self.steps - self.seen[b] < STALE_STEPS:
+            return m
+        pts = sorted((self.rep[k], v) for k, v in self.mean.items())
+        if not pts:
+            return 0.0
+        lo = [(x, v) for x, v in pts if x <= n]
+        hi = [(x, v) for x, v in pts if x > n]
+        if lo and hi:
+            (x0, v0), (x1, v1) = lo[-1], hi[0]
+            est = v0 + (v1 - v0) * (n - x0) / (x1 - x0)
+        elif lo:
+            x0, v0 = lo[-1]
+            one = pts[0][1] / (1 + PRIOR_SLOPE * (pts[0][0] - 1))
+            est = v0 + PRIOR_SLOPE * one * (n - x0)
+        else:
+            x1, v1 = hi[0]
+            est = v1 * n / x1
+        if m is not None:                        # stale: the measured value or the guess
+            est = min(m, est)
+        return est
+
+    def curve(self) -> dict[int, float]:
+        return {self.rep[b]: round(v, 6) for b, v in sorted(self.mean.items())}
+
+
+class Acceptance:
+    """Conditional acceptance by depth, per (class, match range)."""
+
+    def __init__(self, max_keys: int = 4096):
+        self.max_keys = max_keys
+        self.stats: dict[tuple, list[list[float]]] = {}   # key -> [[accepted, proposed]] by depth
+
+    @staticmethod
+    def key(cls: str, match: int) -> tuple:
+        return (cls, min(4, int(math.log2(max(1, match)))))
+
+    def rates(self, cls: str, match: int, n: int) -> list[float]:
+        """Estimated conditional acceptance of draft depths 1..n."""
+        st = self.stats.get(self.key(cls, match))
+        if st is None:                       # an unseen class: what its match range does elsewhere
+            st = self._pooled(match)
+        a0, b0 = PRIOR_ACCEPT
+        out = []
+        for j in range(n):
+            acc, prop = st[j] if j < len(st) else (0.0, 0.0)
+            out.append((acc + a0) / (prop + a0 + b0))
+        return out
+
+    def _pooled(self, match: int) -> list[list[float]]:
+        r = self.key("", match)[1]
+        pooled = [[0.0, 0.0] for _ in range(MAX_DRAFT)]
+        n = 0
+        for (c, mr), st in self.stats.items():
+            if mr == r:
+                n += 1
+                for j, (a, p) in enumerate(st):
+                    pooled[j][0] += a
+                    pooled[j][1] += p
+        if n > 1:                                # as much weight as one class
+            pooled = [[a / n, p / n] for a, p in pooled]
+        return pooled
+
+    def observe(self, cls: str, match: int, proposed: int, accepted: int) -> None:
+        k = self.key(cls, match)
+        st = self.stats.get(k)
+        if st is None:
+            if len(self.stats) >= self.max_keys:
+                self.stats.pop(next(iter(self.stats)))       # the oldest class
+            st = self.stats[k] = [[0.0, 0.0] for _ in range(MAX_DRAFT)]
+        else:                                    # most recently used last
+            self.stats[k] = self.stats.pop(k)
+        for row in st:
+            row[0] *= DECAY
+            row[1] *= DECAY
+        for j in range(min(proposed, accepted + 1)):   # depths reached: accepted, then one miss
+            st[j][1] += 1.0
+            if j < accepted:
+                st[j][0] += 1.0
+
+    def state(self) -> list:
+        return [[c, m, [[round(a, 3), round(p, 3)] for a, p in st]]
+                for (c, m), st in self.stats.items()]
+
+    def load(self, state) -> None:
+        if not isinstance(state, list):
+            raise ValueError("acceptance: a list expected")
+        for item in state:
+            c, m, st = item
+            if not (isinstance(c, str) and isinstance(m, int) and isinstance(st, list)
+                    and len(st) == MAX_DRAFT and all(len(r) == 2 for r in st)):
+                raise ValueError("acceptance: [class, match range, [[accepted, proposed]]]")
+            self.stats[(c, m)] = [[float(a), float(p)] for a, p in st]
+
+
+def choose(offers: list[list[float]], base_tokens: int, base_value: float, cost: StepCost,
+           max_total: int) -> list[int]:
+    """Draft tokens per offer. offers[i]: the conditional acceptance of sequence i's draft
+    tokens in order; base_tokens / base_value: the step's tokens and emitted tokens without
+    drafts; at most max_total draft tokens in all. Returns k_i <= len(offers[i])."""
+    ks = [0] * len(offers)
+    if not offers or max_total <= 0 or not cost.known():
+        return ks
+    # the expected gain of each sequence's next token is its survival probability: decreasing
+    # along a sequence, so a heap of each sequence's next gain yields the best order overall
+    heap = [(-o[0], i, 0, o[0]) for i, o in enumerate(offers) if o]
+    heapq.heapify(heap)
+    order = []
+    while heap and len(order) < max_total:
+        _, i, j, surv = heapq.heappop(heap)
+        order.append((i, surv))
+        if j + 1 < len(offers[i]):
+            nxt = surv * offers[i][j + 1]
+            heapq.heappush(heap, (-nxt, i, j + 1, nxt))
+    best_k, best_rate = 0, base_value / cost(base_tokens)
+    value = base_value
+    for k, (_, gain) in enumerate(order, 1):
+        value += gain
+        rate = value / cost(base_tokens + k)
+        if rate > best_rate * 1.0001:
+            best_k, best_rate = k, rate
+    for i, _ in order[:best_k]:
+        ks[i] += 1
+    return ks

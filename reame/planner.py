@@ -226,7 +226,10 @@ class Planner:
             if limit is not None:                           # tokens past max_tokens: wasted
                 cap = min(cap, limit - len(s.gen.output_ids) - 1)
             caps.append(max(0, cap))
-        proposed = self.speculator.propose(seqs, caps, used, rows, room)
+        # the step's value without drafts: every token it computes (prompt tokens are work the
+        # server must do as much as decode tokens; valuing them at 0 would make drafts beside a
+        # long prompt chunk look free while they delay it)
+        proposed = self.speculator.propose(seqs, caps, used, used, room)
         out = {}
         for s, d in zip(seqs, proposed):
             if d:

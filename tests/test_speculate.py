@@ -201,3 +201,91 @@ def test_rejected_tokens_never_reach_a_later_step_or_the_prefix_cache():
     run_all(p, eng)
     assert s.n_cached >= 40
     assert s.gen.output_ids == expected(nxt, 10)
+
+
+# ---- the controller ----
+
+def curve(fn, sizes=range(1, 600)):
+    c = StepCost()
+    for n in sizes:
+        for _ in range(3):
+            c.observe(n, fn(n))
+    return c
+
+
+CHEAP = lambda n: 0.010 + 0.0003 * n          # noqa: E731  AVX-512/AMX: 8 tokens ~1.2x one
+SATURATED = lambda n: 0.001 * n               # noqa: E731  every token costs the same
+AVX2 = lambda n: 0.010 * (1 + 0.45 * (n - 1))  # noqa: E731  an 8-token step ~4x one
+
+
+def test_the_controller_drafts_at_low_load_and_stops_at_saturation():
+    """Simulated cost curves: one sequence offering 8 well-accepted tokens drafts them all on a
+    machine where multi-token steps are cheap; 32 sequences at a saturated step (cost
+    proportional to tokens) draft nothing; poorly accepted drafts are declined even when cheap;
+    on an AVX2-like curve (8 tokens ~4x one) only a draft accepted almost surely pays. Catches a
+    controller that drafts a fixed length, ignores the measured costs or the acceptance."""
+    good = [[0.9] * 8]
+    assert choose(good, 1, 1, curve(CHEAP), 100) == [8]
+    assert choose([[0.9] * 8] * 32, 32, 32, curve(SATURATED), 400) == [0] * 32
+    # beside a prompt chunk, the chunk's tokens are work too: beside a short one, 15 draft
+    # tokens for the decoding sequence are worth their cost; beside a 512-token one (where a
+    # token costs as much as on a saturated curve) they are not
+    assert choose([[0.9] * 15], 21, 21, curve(CHEAP), 100)[0] >= 8
+    assert choose([[0.9] * 15], 513, 513, curve(CHEAP), 100)[0] <= 1
+    assert choose([[0.01] * 8], 1, 1, curve(CHEAP), 100) == [0]   # break-even: ~3%
+    assert choose([[0.3] * 8], 1, 1, curve(AVX2), 100) == [0]
+    assert sum(choose([[0.99] * 8], 1, 1, curve(AVX2), 100)) > 0
+    # at saturation with a fixed part: drafts go to the best-accepted sequences first
+    mixed = [[0.95] * 4, [0.2] * 4]
+    ks = choose(mixed, 2, 2, curve(CHEAP), 100)
+    assert ks[0] == 4 and ks[1] <= 1
+    # the budget bounds the total
+    assert sum(choose([[0.9] * 8] * 4, 4, 4, curve(CHEAP), 5)) == 5
+
+
+def test_the_step_cost_curve_is_robust_to_outliers_and_monotone():
+    """One step 50x slower (a page fault, the machine's other load) moves nothing; a size that
+    measured slower than a larger one is read at the larger one's cost; an unmeasured larger
+    size is guessed from the measured ones, not free. Catches a mean (the outlier sticks and
+    bars the size for good) or an unmeasured size read as 0."""
+    c = StepCost()
+    for _ in range(8):
+        c.observe(1, 0.010)
+        c.observe(8, 0.012)
+    c.observe(8, 0.6)
+    assert c(8) == pytest.approx(0.012)
+    for _ in range(5):
+        c.observe(7, 0.020)                 # noisy: slower than 8 tokens
+    assert c(7) <= c(8)
+    assert c(4) == pytest.approx(0.010 + (0.012 - 0.010) * 3 / 6)   # between 1 and 7
+    assert c(16) > c(8)
+
+
+def run_with_costs(cost_fn, seed=0):
+    """The planner with a speculator whose step costs come from cost_fn (a simulated machine),
+    4 echoing sequences of 60 tokens: (verify steps, steps)."""
+    rng = np.random.default_rng(seed)
+    spec = Speculator(1000)
+    p, eng = make(spec)
+    seqs = [add(p, echo_prompt(rng), 60) for _ in range(4)]
+    steps = verify = 0
+    while (plan := p.plan()) is not None:
+        p.apply(plan, eng.forward(plan.batch))
+        spec.step_done(len(plan.batch), cost_fn(len(plan.batch)))
+        steps += 1
+        verify += any(w.draft for w in plan.work)
+    for s in seqs:
+        assert s.gen.output_ids == expected(s.tokens[:s.n_prompt], 60)
+    return verify, steps
+
+
+def test_speculation_regulates_itself_on_the_measured_costs():
+    """The same echoing traffic through the planner on two simulated machines: where extra
+    tokens are cheap most steps verify drafts; where a step costs in proportion to its tokens
+    (saturation) drafting stops after the first measurements but for the exploration of one in
+    32 steps. Catches a speculator that drafts regardless of what it measures."""
+    v_cheap, n_cheap = run_with_costs(CHEAP)
+    v_sat, n_sat = run_with_costs(lambda n: 0.001 * n)
+    assert v_cheap > 0.5 * n_cheap
+    assert v_sat <= 0.1 * n_sat
+    assert n_sat > 1.5 * n_cheap

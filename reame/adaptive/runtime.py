@@ -54,6 +54,7 @@ class AdaptiveRuntime:
         self.prefixes: dict[bytes, list] = {}
         self._counted = weakref.WeakSet()
         self.saved_prefixes: list[list[int]] = []     # loaded: to compute again at start
+        self.speculator = None           # reame.speculate.Speculator: reported, saved, loaded
         self._lock = threading.Lock()
         # the running batch: tuned between the starting limit and the engine's KV slots
         self.batch = BatchTuner(params, engine.kv.max_seqs, tpot_limit=tpot_limit,
@@ -70,6 +71,7 @@ class AdaptiveRuntime:
         applied (0: the saved strategy kept the start-up choices), None when there is none."""
         if self.path is None:
             return None
+        self._load_speculation()
         saved = store.load(self.path, self.ident)
         if not saved:
             return None
@@ -83,6 +85,22 @@ class AdaptiveRuntime:
                  "tried again; batch levels it refused: %s)", self.loaded, self.path, skipped,
                  sorted(self.batch.refused) or "none")
         return self.loaded
+
+    def _load_speculation(self) -> None:
+        """The speculator's index of earlier requests, acceptance and step costs, as the last
+        run left them (under --adaptive on only: off starts from nothing learned)."""
+        if self.speculator is None or not self.enabled:
+            return
+        sp = store.speculation_path(self.path)
+        state = store.load_speculation(sp, self.ident)
+        if state is None:
+            return
+        try:
+            n = self.speculator.load(state)
+        except (ValueError, TypeError, KeyError) as e:
+            log.warning("speculation: %s is not a valid state file (%s): ignored", sp, e)
+            return
+        log.info("speculation: %d documents of earlier traffic loaded from %s", n, sp)
 
     def boot(self, seconds: float, progress=None) -> dict:
         """The start-up micro-benchmark: before serving, run synthetic decode steps of the
@@ -195,7 +213,7 @@ class AdaptiveRuntime:
             log.info("adaptive: %s", self.line())
         if self.save_every and now - self._last_save >= self.save_every:
             self._last_save = now
-            self.save()
+            self.save(background=True)
 
     HOT_KEEP, HOT_SAVE, HOT_MIN = 64, 4, 3      # tracked, saved, times found to be saved
 
@@ -243,12 +261,16 @@ class AdaptiveRuntime:
     # ---- controls ----
 
     def freeze(self) -> None:
+        if self.speculator is not None:      # drafts go on from what it knows; it stops adding
+            self.speculator.learn = False
         self.batch.frozen = True
         if self.tuner is not None:
             self.tuner.frozen = True
 
     def unfreeze(self) -> None:
         if self.enabled:
+            if self.speculator is not None:
+                self.speculator.learn = True
             self.batch.frozen = False
             if self.tuner is not None:
                 self.tuner.frozen = False
@@ -257,8 +279,10 @@ class AdaptiveRuntime:
     def frozen(self) -> bool:
         return self.batch.frozen and (self.tuner is None or self.tuner.frozen)
 
-    def save(self) -> bool:
-        """Write the learned strategy (atomically); False when there is nothing to write."""
+    def save(self, background: bool = False) -> bool:
+        """Write the learned strategy (atomically); False when there is nothing to write.
+        `background`: the speculator's state (megabytes of JSON) is written by a thread, off
+        the engine thread."""
         if self.path is None or not self.enabled:
             return False
         choices = {}
@@ -272,10 +296,25 @@ class AdaptiveRuntime:
         try:
             store.save(self.path, self.ident, choices, sched,
                        self.hot_prefixes() or self.saved_prefixes, self.tuner.rejected())
+            if self.speculator is not None:
+                self._save_speculation(background)
         except OSError as e:
             log.warning("adaptive: cannot save %s: %s", self.path, e)
             return False
         return True
+
+    def _save_speculation(self, background: bool) -> None:
+        args = (store.speculation_path(self.path), self.ident, self.speculator.state())
+        if not background:
+            store.save_speculation(*args)
+            return
+
+        def write():
+            try:
+                store.save_speculation(*args)
+            except OSError as e:
+                log.warning("speculation: cannot save %s: %s", args[0], e)
+        threading.Thread(target=write, name="reame-save", daemon=True).start()
 
     # ---- report ----
 
@@ -317,6 +356,8 @@ class AdaptiveRuntime:
                "hot_prefixes": [{"tokens": len(t), "found": c} for c, t in
                                 sorted(self.prefixes.values(), key=lambda e: -e[0])[:4]],
                "batch": self.batch.report()}
+        if self.speculator is not None:
+            out["speculation"] = self.speculator.report()
         if self.tuner is not None:
             out["kernels"] = self.tuner.report()
         return out
@@ -343,6 +384,14 @@ class AdaptiveRuntime:
                 + (f" ({change * 100:+.0f} points vs the first)" if change is not None else "")
                 + "; ")
 
+    @staticmethod
+    def _speculation_words(sp: dict | None) -> str:
+        if not sp or not sp["draft_tokens"]:
+            return "; speculation: no drafts yet" if sp else ""
+        return (f"; speculation: {sp['accepted_tokens']} of {sp['draft_tokens']} draft tokens "
+                f"accepted ({sp['acceptance_rate']:.0%}), {sp['tokens_per_verify']:.2f} tokens "
+                f"per verify step, {sp['index']['tokens']} tokens of earlier traffic indexed")
+
     def line(self) -> str:
         r = self.report()
         k = r.get("kernels") or {}
@@ -355,4 +404,5 @@ class AdaptiveRuntime:
                 + self._prefix_words(r.get("prefix_cache")) +
                 f"exploring {k.get('exploration_share', 0):.0%} of steps; "
                 f"batch {r['batch']['max_batch']} (started at {r['batch']['start']})"
+                + self._speculation_words(r.get("speculation"))
                 + (" (frozen)" if r["frozen"] else ""))

@@ -64,14 +64,19 @@ def save(path: Path, ident: dict, choices: dict[str, KernelSpec], scheduler: dic
          rejected: dict[str, list[str]] | None = None) -> None:
     """`rejected`: class key -> labels of the candidates measured slower there (a restarted
     server does not try them again)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
     body = {"format": FORMAT, "identity": ident, "saved_at": time.time(),
             "choices": {k: spec_to_json(s) for k, s in choices.items()},
             "scheduler": scheduler, "prefixes": prefixes or [], "rejected": rejected or {}}
+    _write(path, body, indent=1)
+
+
+def _write(path: Path, body: dict, indent=None) -> None:
+    """Write JSON atomically: a temporary file renamed over the old one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".strategy-", suffix=".tmp")
     try:
         with os.fdopen(fd, "w") as f:
-            json.dump(body, f, indent=1)
+            json.dump(body, f, indent=indent, separators=None if indent else (",", ":"))
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -118,3 +123,43 @@ def load(path: Path, ident: dict) -> dict | None:
         return None
     return {"choices": choices, "scheduler": scheduler, "prefixes": prefixes,
             "rejected": rejected}
+
+
+# ---- the speculator's state (reame/speculate): its own file beside the strategy ----
+
+SPEC_FORMAT = 1
+
+
+def speculation_path(strategy: Path) -> Path:
+    return strategy.with_name(strategy.name.replace("strategy-", "speculation-", 1))
+
+
+def save_speculation(path: Path, ident: dict, state: dict) -> None:
+    _write(path, {"format": SPEC_FORMAT, "identity": ident, "saved_at": time.time(),
+                  "state": state})
+
+
+def load_speculation(path: Path, ident: dict) -> dict | None:
+    """The saved speculator state, or None (no file; one that is corrupt, of another format or
+    learned for another CPU, model or version is ignored with a warning)."""
+    try:
+        raw = path.read_text()
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        log.warning("speculation: cannot read %s (%s): starting empty", path, e)
+        return None
+    try:
+        body = json.loads(raw)
+        if not isinstance(body, dict) or body.get("format") != SPEC_FORMAT:
+            raise ValueError(f"format {body.get('format') if isinstance(body, dict) else None!r}")
+        if body.get("identity") != ident:
+            log.warning("speculation: %s was learned for another CPU, model or version: "
+                        "ignored", path)
+            return None
+        if not isinstance(body.get("state"), dict):
+            raise ValueError("no state")
+    except (ValueError, TypeError) as e:
+        log.warning("speculation: %s is not a valid state file (%s): ignored", path, e)
+        return None
+    return body["state"]

@@ -338,6 +338,7 @@ def create_app(engine_or_factory, config: ServerConfig | None = None, *, tokeniz
         return read
 
     pool = lambda s: s.scheduler.planner.pool          # noqa: E731
+    spec = lambda s, k: getattr(s.speculator, k) if s.speculator is not None else 0  # noqa
     metrics.gauges.update({
         "reame_queue_depth": gauge(lambda s: s.scheduler.queue_depth),
         "reame_running_requests": gauge(lambda s: s.scheduler.running),
@@ -353,6 +354,9 @@ def create_app(engine_or_factory, config: ServerConfig | None = None, *, tokeniz
         "reame_prefix_cache_hits_total": gauge(lambda s: pool(s).hits),
         "reame_kv_evictions_total": gauge(lambda s: pool(s).evictions),
         "reame_preemptions_total": gauge(lambda s: s.scheduler.planner.preemptions),
+        "reame_spec_decode_drafts_total": gauge(lambda s: spec(s, "drafts")),
+        "reame_spec_decode_draft_tokens_total": gauge(lambda s: spec(s, "draft_tokens")),
+        "reame_spec_decode_accepted_tokens_total": gauge(lambda s: spec(s, "accepted_tokens")),
     })
 
     def adapt(key, read=None):

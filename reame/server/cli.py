@@ -95,6 +95,14 @@ def add_serve_command(subparsers) -> None:
     p.add_argument("--tpot-limit", type=float, default=None, metavar="SEC",
                    help="latency guard of the adaptive batch: the p95 decode step it may grow "
                         "to (default: $REAME_TPOT_LIMIT or 0.25)")
+    p.add_argument("--speculate", default=None, choices=("auto", "on", "off"),
+                   help="speculative decoding drafted from the request's own text and earlier "
+                        "requests, verified in the batch (outputs unchanged): auto speculates "
+                        "under --adaptive on, never under off (default: $REAME_SPECULATE or "
+                        "auto)")
+    p.add_argument("--speculate-tokens", type=int, default=None, metavar="N",
+                   help="token positions of earlier requests kept to draft from, least useful "
+                        "evicted first (default: $REAME_SPECULATE_TOKENS or 262144, ~60 MB)")
     p.add_argument("--chat-template-file", default=None, help="override the chat template")
     p.add_argument("--alias", default=None, help="another model name clients may use")
     p.add_argument("--log-level", default="info",
@@ -140,7 +148,8 @@ def cmd_serve(args) -> int:
         send_buffer=args.send_buffer, pooling=args.pooling,
         reasoning_format=args.reasoning_format, adaptive=args.adaptive,
         adaptive_dir=args.adaptive_dir, adaptive_boot=args.adaptive_boot,
-        adaptive_report=args.adaptive_report, tpot_limit=args.tpot_limit, pin=pin)
+        adaptive_report=args.adaptive_report, tpot_limit=args.tpot_limit, pin=pin,
+        speculate=args.speculate, speculate_tokens=args.speculate_tokens)
     run(config, host=args.host, port=args.port, workers=args.workers,
         http_threads=args.http_threads, log_level=args.log_level, access_log=args.access_log)
     return 0

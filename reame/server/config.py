@@ -49,6 +49,10 @@ class ServerConfig:
     adaptive_boot: float = 10.0         # seconds of start-up micro-benchmark (0: none)
     adaptive_report: float = 300.0      # seconds between adaptive report log lines (0: none)
     tpot_limit: float = 0.25            # the p95 decode step the batch tuner may grow up to (s)
+    # speculative decoding from earlier traffic (reame/speculate): auto speculates under
+    # --adaptive on and never under off; on / off regardless
+    speculate: str = "auto"
+    speculate_tokens: int = 1 << 18     # token positions of earlier requests kept to draft from
     # where compute threads run (reame/topology.py): auto binds each worker to a NUMA node and
     # its threads to physical cores when there are several nodes; cores does so on one node
     # too; off lets the OS place them. `reame serve` defaults to auto; under a gunicorn you run
@@ -73,6 +77,7 @@ class ServerConfig:
         "adaptive": "REAME_ADAPTIVE", "adaptive_dir": "REAME_ADAPTIVE_DIR",
         "adaptive_boot": "REAME_ADAPTIVE_BOOT", "adaptive_report": "REAME_ADAPTIVE_REPORT",
         "tpot_limit": "REAME_TPOT_LIMIT", "pin": "REAME_PIN",
+        "speculate": "REAME_SPECULATE", "speculate_tokens": "REAME_SPECULATE_TOKENS",
     }
 
     @classmethod
@@ -99,6 +104,10 @@ class ServerConfig:
         cfg = cls(**values)
         cfg.check()
         return cfg
+
+    @property
+    def speculating(self) -> bool:
+        return self.speculate == "on" or (self.speculate == "auto" and self.adaptive == "on")
 
     def batch_limits(self) -> tuple[int, int]:
         """(the batch to start with, the most sequences ever running: the engine's KV slots)."""
@@ -161,6 +170,10 @@ class ServerConfig:
             raise ReameError("adaptive_boot and adaptive_report must be >= 0")
         if not self.tpot_limit > 0:
             raise ReameError("tpot_limit must be > 0")
+        if self.speculate not in ("auto", "on", "off"):
+            raise ReameError("speculate must be auto, on or off")
+        if self.speculate_tokens < 1024:
+            raise ReameError("speculate_tokens must be >= 1024")
         self.cors_allow_origins()
 
     def cors_allow_origins(self):

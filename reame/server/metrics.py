@@ -77,6 +77,11 @@ SERIES = {
                                              "first minute, minus 1.", (), None),
     "reame_adaptive_max_batch": ("gauge", "Sequences that may run at once now (the adaptive "
                                  "batch; the starting one when it does not tune).", (), None),
+    "reame_spec_decode_drafts_total": ("counter", "Drafts verified: a sequence's step that "
+                                       "carried drafted tokens.", (), None),
+    "reame_spec_decode_draft_tokens_total": ("counter", "Drafted tokens verified.", (), None),
+    "reame_spec_decode_accepted_tokens_total": ("counter", "Drafted tokens accepted (emitted "
+                                                "without a step of their own).", (), None),
     "reame_adaptive_prefix_hit_ratio": ("gauge", "Prompt tokens found in the prefix cache over "
                                         "prompt tokens looked up, since start.", (), None),
 }
@@ -103,6 +108,12 @@ VLLM_SERIES = {
                                      "tokens.", "reame_prefix_cache_hits_total"),
     "vllm:num_preemptions_total": ("counter", "Cumulative number of preemption from the engine.",
                                    "reame_preemptions_total"),
+    "vllm:spec_decode_num_drafts_total": ("counter", "Number of spec decoding drafts.",
+                                          "reame_spec_decode_drafts_total"),
+    "vllm:spec_decode_num_draft_tokens_total": ("counter", "Number of draft tokens.",
+                                                "reame_spec_decode_draft_tokens_total"),
+    "vllm:spec_decode_num_accepted_tokens_total": ("counter", "Number of accepted tokens.",
+                                                   "reame_spec_decode_accepted_tokens_total"),
     "vllm:time_to_first_token_seconds": ("histogram", "Histogram of time to first token in "
                                          "seconds.", "reame_time_to_first_token_seconds"),
     "vllm:time_per_output_token_seconds": ("histogram", "Histogram of time per output token in "

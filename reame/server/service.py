@@ -94,8 +94,14 @@ class ModelService:
                                             state_dir=config.adaptive_dir,
                                             report_every=config.adaptive_report,
                                             tpot_limit=config.tpot_limit)
+        self.speculator = None
+        if config.speculating:
+            from ..speculate import Speculator
+            self.speculator = Speculator(tokenizer.n_vocab, max_tokens=config.speculate_tokens)
+            if self.adaptive is not None:       # reported and saved with the strategy
+                self.adaptive.speculator = self.speculator
         self.scheduler = Scheduler(engine, params, salt=model_identity(engine),
-                                   adaptive=self.adaptive)
+                                   adaptive=self.adaptive, speculator=self.speculator)
         self.n_embd = getattr(getattr(engine, "config", None), "n_embd", 0)
         self.pooling, self.pooling_error = embedding_pooling(engine, config)
 

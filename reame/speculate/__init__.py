@@ -32,7 +32,7 @@ from .control import MAX_DRAFT, Acceptance, StepCost, choose
 from .index import CHUNK, Candidate, TokenIndex
 
 MODES = ("auto", "on", "off")
-EXPLORE_EVERY = 64      # one in this many drafts the controller declined is verified anyway
+EXPLORE_EVERY = 32      # one in this many steps that could draft more drafts one token more
 MIN_CONF = 0.5          # a draft stops where fewer than half of its sources agree
 
 
@@ -98,13 +98,14 @@ class Speculator:
             else:
                 offers.append([])
         ks = choose(offers, base_tokens, base_value, self.cost, max_total)
-        total = sum(ks)
-        for i, d in enumerate(cands):           # exploration: a declined draft now and then
-            if d and ks[i] == 0 and total < max_total:
-                self._declined += 1
-                if self._declined % EXPLORE_EVERY == 0:
-                    ks[i] = 1
-                    total += 1
+        # exploration, now and then: one draft token more than chosen (a declined draft gets
+        # verified, a larger step gets measured), so that neither a class's acceptance nor a
+        # step size is judged once for good
+        if sum(ks) < max_total and any(len(d) > k for d, k in zip(cands, ks)):
+            self._declined += 1
+            if self._declined % EXPLORE_EVERY == 0:
+                i = max(range(len(cands)), key=lambda i: len(cands[i]) - ks[i])
+                ks[i] += 1
         return [d[:k] for d, k in zip(cands, ks)]
 
     def _state(self, seq) -> SeqState:

@@ -2,11 +2,13 @@
 second, from measured step costs and observed acceptance.
 
 - `StepCost`: the live cost curve, seconds of a scheduler step (forward pass and sampling) by
-  the tokens it computes, measured on this server (an exponentially weighted mean per token
-  count up to 64, per power-of-two range above); a count never measured is interpolated between
-  measured neighbours, and beyond the largest measured one costs `PRIOR_SLOPE` of the one-token
-  step per token more, an optimistic guess that one step then measures. Estimates not refreshed
-  for `STALE_STEPS` steps are re-measured: the next such step may try them again.
+  the tokens it computes, measured on this server: the median of the last `SAMPLES` steps per
+  token count up to 64, per power-of-two range above. A step never costs less than a smaller
+  one, so the curve read is the lower envelope from above (cost(n) = the least measured cost of
+  n or more tokens: one slow outlier does not bar a size); a count never measured is
+  interpolated between measured neighbours, and beyond the largest measured one costs
+  `PRIOR_SLOPE` of the one-token step per token more, an optimistic guess that one step then
+  measures. Estimates not refreshed for `STALE_STEPS` steps count as unmeasured again.
 - `Acceptance`: per request class (reame/speculate/__init__.py) and match-length range, how often
   the draft token at each depth was accepted once the ones before it were (Beta-smoothed,
   decayed so that it follows a change of traffic).
@@ -21,9 +23,12 @@ from __future__ import annotations
 
 import heapq
 import math
+import statistics
+from collections import deque
 
 PRIOR_SLOPE = 0.08      # unmeasured step sizes: +8% of a one-token step per token (optimistic)
 STALE_STEPS = 2000      # a cost estimate older than this many steps may be measured again
+SAMPLES = 16            # step times kept per token count (their median is the estimate)
 MAX_DRAFT = 15          # draft tokens per sequence and step (1 + 15 fits the 16-token program)
 PRIOR_ACCEPT = (1.2, 0.8)   # Beta prior of a depth's acceptance (a mean of 0.6: worth a try)
 DECAY = 0.995           # per observation of a class: old evidence fades (~200 verify steps)
@@ -35,58 +40,67 @@ def _bin(n: int) -> int:
 
 
 class StepCost:
-    def __init__(self, alpha: float = 0.2):
-        self.alpha = alpha
-        self.mean: dict[int, float] = {}     # bin -> seconds
-        self.count: dict[int, int] = {}
+    def __init__(self):
+        self.samples: dict[int, deque] = {}  # bin -> the last SAMPLES step times
         self.seen: dict[int, int] = {}       # bin -> step number of the last measurement
-        self.rep: dict[int, int] = {}        # bin -> a token count it holds (for interpolation)
+        self.ns: dict[int, deque] = {}       # bin -> the token counts of those steps
         self.steps = 0
+        self._memo: tuple[int, dict] | None = None
 
     def observe(self, n_tokens: int, seconds: float) -> None:
         if n_tokens < 1 or not seconds > 0:
             return
         self.steps += 1
         b = _bin(n_tokens)
-        m = self.mean.get(b)
-        # the first few measurements of a size: a plain mean (one slow step does not stick)
-        k = self.count.get(b, 0) + 1
-        w = max(self.alpha, 1.0 / k)
-        self.mean[b] = seconds if m is None else m + w * (seconds - m)
-        self.count[b] = k
+        d = self.samples.get(b)
+        if d is None:
+            d = self.samples[b] = deque(maxlen=SAMPLES)
+            self.ns[b] = deque(maxlen=SAMPLES)
+        d.append(seconds)
+        self.ns[b].append(n_tokens)
         self.seen[b] = self.steps
-        self.rep.setdefault(b, n_tokens)
+        self._memo = None
 
     def known(self) -> bool:
-        return bool(self.mean)
+        return bool(self.samples)
+
+    def _points(self) -> list[tuple[int, float]]:
+        """(tokens, seconds) of the fresh bins, made non-decreasing from above."""
+        if self._memo is not None and self._memo[0] == self.steps:
+            return self._memo[1]
+        pts = sorted((statistics.median(self.ns[b]), statistics.median(d))
+                     for b, d in self.samples.items() if self.steps - self.seen[b] < STALE_STEPS)
+        for i in range(len(pts) - 2, -1, -1):
+            if pts[i][1] > pts[i + 1][1]:
+                pts[i] = (pts[i][0], pts[i + 1][1])
+        self._memo = (self.steps, pts)
+        return pts
 
     def __call__(self, n: int) -> float:
         """Estimated seconds of a step of n tokens (0 when nothing was measured yet)."""
-        b = _bin(n)
-        m = self.mean.get(b)
-        if m is not None and self.steps - self.seen[b] < STALE_STEPS:
-            return m
-        pts = sorted((self.rep[k], v) for k, v in self.mean.items())
+        pts = self._points()
         if not pts:
             return 0.0
-        lo = [(x, v) for x, v in pts if x <= n]
-        hi = [(x, v) for x, v in pts if x > n]
+        lo = hi = None
+        for x, v in pts:
+            if x <= n:
+                lo = (x, v)
+            elif hi is None:
+                hi = (x, v)
+        if lo and lo[0] == n or lo and _bin(lo[0]) == _bin(n):
+            return lo[1]
         if lo and hi:
-            (x0, v0), (x1, v1) = lo[-1], hi[0]
-            est = v0 + (v1 - v0) * (n - x0) / (x1 - x0)
-        elif lo:
-            x0, v0 = lo[-1]
+            (x0, v0), (x1, v1) = lo, hi
+            return v0 + (v1 - v0) * (n - x0) / (x1 - x0)
+        if lo:
+            x0, v0 = lo
             one = pts[0][1] / (1 + PRIOR_SLOPE * (pts[0][0] - 1))
-            est = v0 + PRIOR_SLOPE * one * (n - x0)
-        else:
-            x1, v1 = hi[0]
-            est = v1 * n / x1
-        if m is not None:                        # stale: the measured value or the guess
-            est = min(m, est)
-        return est
+            return v0 + PRIOR_SLOPE * one * (n - x0)
+        x1, v1 = hi
+        return v1 * n / x1
 
     def curve(self) -> dict[int, float]:
-        return {self.rep[b]: round(v, 6) for b, v in sorted(self.mean.items())}
+        return {x: round(v, 6) for x, v in self._points()}
 
 
 class Acceptance:

@@ -68,7 +68,7 @@ class StepCost:
         """(tokens, seconds) of the fresh bins, made non-decreasing from above."""
         if self._memo is not None and self._memo[0] == self.steps:
             return self._memo[1]
-        pts = sorted((statistics.median(self.ns[b]), statistics.median(d))
+        pts = sorted((round(statistics.median(self.ns[b])), statistics.median(d))
                      for b, d in self.samples.items() if self.steps - self.seen[b] < STALE_STEPS)
         for i in range(len(pts) - 2, -1, -1):
             if pts[i][1] > pts[i + 1][1]:

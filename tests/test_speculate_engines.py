@@ -1,0 +1,215 @@
+"""Speculative decoding on the real engines: the same events with and without it, on every path
+of the serving core (batched, prefix hits, preemption, n > 1, seeded sampling, penalties, logit
+bias, logprobs, stop strings, a grammar), driven step by step through `Scheduler.step()`.
+
+The speculator here verifies every draft it finds (its step costs are fixed to a machine where
+extra tokens are nearly free), so that every path actually verifies drafts, accepted and
+rejected, which each test checks; the real controller is tested in test_speculate.py.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import pytest
+
+from reame.engines import create_engine
+from reame.generate import Generation
+from reame.sampling import SamplingParams
+from reame.scheduler import DONE, Scheduler
+from reame.speculate import Speculator
+from reame.speculate.control import StepCost
+from reame.tokenizer import Tokenizer
+
+N_CTX = 256
+BS = 16
+
+
+class CheapSteps(StepCost):
+    """A fixed cost curve: 10 ms a step and 0.1 ms a token."""
+
+    def observe(self, n_tokens, seconds):
+        pass
+
+    def known(self):
+        return True
+
+    def __call__(self, n):
+        return 0.010 + 0.0001 * n
+
+
+def speculator(n_vocab):
+    s = Speculator(n_vocab)
+    s.cost = CheapSteps()
+    return s
+
+
+@pytest.fixture(scope="module")
+def tok(stories_model):
+    return Tokenizer.from_metadata(stories_model.metadata)
+
+
+@pytest.fixture(scope="module", params=["reference", "jit"])
+def engine_name(request):
+    return request.param
+
+
+def drive(sched, reqs, limit=20_000):
+    """Step the scheduler until every request is done; each request's events by choice index:
+    (token, text, finish reason, logprob, top logprobs)."""
+    for _ in range(limit):
+        if all(r.finished for r in reqs):
+            break
+        sched.step(time.monotonic())
+    else:
+        raise AssertionError("the scheduler did not finish")
+    out = []
+    for r in reqs:
+        evs = {}
+        while (ev := r.out.get_nowait()) is not DONE:
+            assert ev.error is None, ev.error
+            s = ev.step
+            evs.setdefault(ev.index, []).append(
+                (s.token, s.text, s.finish_reason,
+                 s.sampled.logprob if s.sampled else None,
+                 tuple(s.sampled.top_logprobs) if s.sampled else ()) if s else
+                (None, ev.text, ev.finish_reason, None, ()))
+        out.append(evs)
+    return out
+
+
+def run(model, name, spec, batches, kv_blocks=200, n_ctx=N_CTX):
+    """Each batch of (prompt, [Generation...]) submitted together, after the previous batch
+    finished (so later ones find its prefixes cached and its text indexed)."""
+    eng = create_engine(model, name, n_ctx=n_ctx, max_seqs=4, block_size=BS,
+                        kv_blocks=kv_blocks)
+    s = Scheduler(eng, speculator=spec)
+    try:
+        out = []
+        for batch in batches:
+            reqs = [s.submit([p], [gens]) for p, gens in batch]
+            out.append(drive(s, reqs))
+        s.planner.check()
+        assert not s.planner.running and s.planner.pool.used == 0
+        return out, s
+    finally:
+        getattr(eng, "close", lambda: None)()
+
+
+def both(model, tok, name, make_batches, **kw):
+    """The events without speculation and with it (fresh Generations each time); asserts they
+    are equal and that drafts were both accepted and rejected."""
+    plain, _ = run(model, name, None, make_batches(), **kw)
+    spec = speculator(tok.n_vocab)
+    fast, sched = run(model, name, spec, make_batches(), **kw)
+    assert exact(fast) == exact(plain)
+    # log-probabilities: equal to float rounding (a row's logits round a little differently in
+    # another batch composition, with or without drafts)
+    for a, b in zip(logprobs(fast), logprobs(plain)):
+        assert a == pytest.approx(b, abs=1e-4)
+    r = spec.report()
+    assert r["accepted_tokens"] > 0 and r["accepted_tokens"] < r["draft_tokens"], r
+    return plain, sched
+
+
+def exact(runs):
+    """The events without their log-probabilities (the top tokens kept)."""
+    return [[{i: [(t, x, f, tuple(k for k, _ in top)) for t, x, f, _, top in evs]
+              for i, evs in r.items()} for r in batch] for batch in runs]
+
+
+def logprobs(runs):
+    return [lp if lp is not None else 0.0
+            for batch in runs for r in batch for evs in r.values()
+            for _, _, _, lp0, top in evs for lp in [lp0, *(v for _, v in top)]]
+
+
+def gen(tok, ids, max_tokens=40, **kw):
+    names = {f.name for f in dataclasses.fields(SamplingParams)}
+    params = {k: kw.pop(k) for k in list(kw) if k in names}
+    params.setdefault("temperature", 0)
+    return Generation(tok, ids, SamplingParams(**params), max_tokens=max_tokens, n_ctx=N_CTX,
+                      ignore_eos=kw.pop("ignore_eos", True), **kw)
+
+
+def prompts(tok, stories_expected):
+    """The five stories' prompts after a shared 45-token opening (cached blocks to hit)."""
+    cases = stories_expected["cases"]
+    opening = tok.encode(cases[0]["prompt"] + cases[0]["greedy_text"], add_special=True)[:45]
+    return [opening + tok.encode(c["prompt"], add_special=False) for c in cases]
+
+
+def test_greedy_batched_with_prefix_hits_and_repeats(stories_model, tok, stories_expected,
+                                                     engine_name):
+    """Five stories at once, then the same five again (their prompts cached, their text in the
+    global index): the second round is drafted from the first. Catches drafts verified on the
+    wrong rows of a mixed batch, or a cached block holding a rejected draft token."""
+    ps = prompts(tok, stories_expected)
+
+    def batches():
+        return [[(p, [gen(tok, p)]) for p in ps], [(p, [gen(tok, p)]) for p in ps]]
+    plain, sched = both(stories_model, tok, engine_name, batches)
+    assert plain[0] == plain[1]
+    assert sched.planner.pool.hits > 0
+    assert sched.speculator.report()["index"]["documents"] >= 5
+
+
+def test_sampling_paths(stories_model, tok, stories_expected, engine_name):
+    """n = 3 seeded choices at temperature 0.8 with top-p; penalties (repetition, presence,
+    frequency) with a logit bias; logprobs with top-5; stop strings; a max_tokens cut. Catches
+    a transform skipped on a verified position (other tokens or logprobs), a stop string
+    matched late (text past it), or random numbers drawn differently (seeded choices differ)."""
+    ps = prompts(tok, stories_expected)
+    bias = {tok.encode(" the", add_special=False)[0]: 2.0}
+
+    def batches():
+        return [[(ps[0], [gen(tok, ps[0], temperature=0.8, top_p=0.9, seed=7 + i)
+                          for i in range(3)]),
+                 (ps[1], [gen(tok, ps[1], repetition_penalty=1.3, presence_penalty=0.4,
+                              frequency_penalty=0.3, logit_bias=bias)]),
+                 (ps[2], [gen(tok, ps[2], logprobs=True, top_logprobs=5)])],
+                [(ps[3], [gen(tok, ps[3], stop=[". ", "Lily"], max_tokens=60)]),
+                 (ps[4], [gen(tok, ps[4], max_tokens=13)]),
+                 (ps[2], [gen(tok, ps[2], logprobs=True, top_logprobs=5)])]]
+    plain, _ = both(stories_model, tok, engine_name, batches)
+    assert len(plain[0][0]) == 3 and plain[0][0][0] != plain[0][0][1]   # seeded choices differ
+    stopped = plain[1][0][0]
+    assert stopped[-1][2] == "stop" and len(stopped) < 60
+    assert len(plain[1][1][0]) == 13
+
+
+def test_preemption_with_speculation(stories_model, tok, stories_expected, engine_name):
+    """A pool of 9 blocks for 4 sequences of up to 6: preempted sequences recompute and go on drafting;
+    drafts take only blocks that are free (never preempting). Catches draft blocks taken
+    from a pool that then has none for a decode token, or a draft surviving a preemption."""
+    ps = prompts(tok, stories_expected)
+
+    def batches():
+        return [[(p, [gen(tok, p, max_tokens=24)]) for p in ps],
+                [(p, [gen(tok, p, max_tokens=24)]) for p in ps]]
+    _, sched = both(stories_model, tok, engine_name, batches, kv_blocks=9, n_ctx=96)
+    assert sched.planner.preemptions > 0
+
+
+def test_a_grammar_constrains_every_verified_position(stories_model, tok, stories_expected,
+                                                      engine_name):
+    """A regular expression constrains the output: each verified position samples under its
+    own mask, computed after the previous token was accepted. Catches a mask reused across the
+    positions of a draft (a token the grammar forbids there, or another choice)."""
+    from reame import structured
+    grammar = structured.compile_grammar(structured.regex(r"( [a-z]+){4,12}\. [A-Z][a-z]+"),
+                                         tok, "regex")
+    ps = prompts(tok, stories_expected)
+
+    def batches():
+        return [[(p, [gen(tok, p, max_tokens=40, ignore_eos=False,
+                          constraint=structured.Constraint(grammar, tok))]) for p in ps[:3]],
+                [(p, [gen(tok, p, max_tokens=40, ignore_eos=False,
+                          constraint=structured.Constraint(grammar, tok))]) for p in ps[:3]]]
+    plain, _ = both(stories_model, tok, engine_name, batches)
+    import re
+    for batch in plain:
+        for r in batch:
+            text = "".join(e[1] for e in r[0])
+            assert re.fullmatch(r"( [a-z]+){4,12}\. [A-Z][a-z]+", text), text

@@ -317,6 +317,7 @@ class Scheduler:
     def step(self, now: float) -> bool:
         """One scheduling step (the engine thread; tests call it directly): retire, plan,
         forward, apply, emit. False when there was nothing to run."""
+        t0 = time.perf_counter()
         with self._cond:
             self._take_inbox()
         self._retire(now)
@@ -334,7 +335,6 @@ class Scheduler:
         masks = self._prepare_masks(plan)
         if self.adaptive is not None:
             self.adaptive.before_step(plan)
-        t0 = time.perf_counter()
         try:
             logits = self.engine.forward(plan.batch)
             if masks is not None:
@@ -347,9 +347,12 @@ class Scheduler:
         self.steps += 1
         t = time.monotonic()
         ended = {}
-        outcomes = self.planner.apply(plan, logits, getattr(self.engine, "final_hidden", None))
-        if self.speculator is not None:         # the step's cost: forward pass and sampling
+        if self.speculator is not None:
+            # the step's cost for the draft-length choice: planning and the forward pass. What
+            # follows (sampling, detokenising, events) costs per emitted token, as much for a
+            # token of a draft as for one of a step of its own: not a cost of drafting
             self.speculator.step_done(len(plan.batch), time.perf_counter() - t0)
+        outcomes = self.planner.apply(plan, logits, getattr(self.engine, "final_hidden", None))
         for o in outcomes:
             r = o.seq.owner
             if r.finished:

@@ -1,0 +1,165 @@
+"""Speculation in the server: the flag, what it reports, what it keeps across a restart, and
+the bounds of its index."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+from falcon import testing
+
+from reame.engines import create_engine
+from reame.errors import ReameError
+from reame.server import ServerConfig, create_app
+from reame.speculate.index import TokenIndex
+
+N_CTX = 256
+
+
+def test_the_flag_auto_follows_adaptive():
+    """auto speculates under --adaptive on and never under off; on and off regardless; the
+    environment variable is read; anything else is refused."""
+    assert ServerConfig(adaptive="on").speculating
+    assert not ServerConfig(adaptive="off").speculating
+    assert ServerConfig(adaptive="off", speculate="on").speculating
+    assert not ServerConfig(adaptive="on", speculate="off").speculating
+    assert ServerConfig.from_env({"REAME_SPECULATE": "off"}).speculate == "off"
+    with pytest.raises(ReameError):
+        ServerConfig.from_env({"REAME_SPECULATE": "yes"})
+    with pytest.raises(ReameError):
+        ServerConfig.from_env({"REAME_SPECULATE_TOKENS": "10"})
+
+
+def make_app(model, tmp_path, **config):
+    eng = create_engine(model, "jit", n_ctx=N_CTX, max_seqs=4)
+    config.setdefault("adaptive_boot", 0)
+    return create_app(eng, ServerConfig(model=model.path, max_seqs=4,
+                                        adaptive_dir=str(tmp_path), **config))
+
+
+def complete(client, prompt="Once upon a time", n=60):
+    r = client.simulate_post("/v1/completions", json={
+        "prompt": prompt, "max_tokens": n, "temperature": 0,
+        "logit_bias": {"2": -100}})                     # no end of text: n tokens each
+    assert r.status_code == 200, r.text
+    return r.json["choices"][0]["text"]
+
+
+def metric(client, name):
+    for line in client.simulate_get("/metrics").text.splitlines():
+        if line.startswith(name + "{") or line.startswith(name + " "):
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"{name} not in /metrics")
+
+
+def stop(app):
+    app.reame.service.stop()
+
+
+def test_the_server_speculates_reports_and_remembers(stories_model, tmp_path, caplog):
+    """The same completion twice with --speculate on: the same text as with it off; the second
+    is drafted from the first (the global index); /v1/adaptive and /metrics (vLLM's names)
+    count the drafts. Stopped, the state is saved beside the strategy; a new server over the
+    same directory loads it and drafts its very first request from it. A corrupt or foreign
+    state file is ignored with a warning. Catches a speculator that is never consulted, counts
+    that are not exported, or a state that is not saved or not loaded."""
+    off = make_app(stories_model, tmp_path / "off", speculate="off")
+    try:
+        assert off.reame.service.speculator is None
+        want = complete(testing.TestClient(off))
+        assert metric(testing.TestClient(off), "vllm:spec_decode_num_draft_tokens_total") == 0
+    finally:
+        stop(off)
+
+    app = make_app(stories_model, tmp_path / "on", speculate="on")
+    c = testing.TestClient(app)
+    try:
+        assert complete(c) == want
+        assert complete(c) == want
+        sp = c.simulate_get("/v1/adaptive").json["speculation"]
+        assert sp["accepted_tokens"] >= 10 and sp["index"]["documents"] >= 1
+        assert metric(c, "vllm:spec_decode_num_draft_tokens_total") == sp["draft_tokens"]
+        assert metric(c, "vllm:spec_decode_num_accepted_tokens_total") == sp["accepted_tokens"]
+        assert metric(c, "vllm:spec_decode_num_drafts_total") == sp["verify_steps"] > 0
+    finally:
+        stop(app)
+    saved = list((tmp_path / "on").glob("speculation-*.json"))
+    assert len(saved) == 1
+    body = json.loads(saved[0].read_text())
+    assert body["format"] == 1 and body["state"]["index"]["docs"]
+
+    again = make_app(stories_model, tmp_path / "on", speculate="on")
+    c = testing.TestClient(again)
+    try:
+        assert c.simulate_get("/v1/adaptive").json["speculation"]["index"][
+            "loaded_documents"] >= 1
+        assert complete(c) == want
+        sp = c.simulate_get("/v1/adaptive").json["speculation"]
+        assert sp["accepted_tokens"] >= 10           # its first request, from the saved index
+    finally:
+        stop(again)
+
+    for bad in ("{not json", json.dumps({**body, "identity": {"model": "other"}}),
+                json.dumps({**body, "state": {"index": {"ngram": 3, "docs": [[1, 0, [-5]]]}}})):
+        saved[0].write_text(bad)
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="reame.adaptive"):
+            app = make_app(stories_model, tmp_path / "on", speculate="on")
+        try:
+            sp = app.reame.service.speculator.report()
+            assert sp["index"]["loaded_documents"] == 0
+            assert any("speculation" in r.getMessage() and "ignored" in r.getMessage()
+                       for r in caplog.records), [r.getMessage() for r in caplog.records]
+        finally:
+            stop(app)
+
+
+def test_adaptive_off_loads_nothing_and_auto_does_not_speculate(stories_model, tmp_path):
+    """--adaptive off: auto runs no speculator; --speculate on runs one that starts from
+    nothing even where a saved state exists."""
+    app = make_app(stories_model, tmp_path, speculate="on")
+    complete(testing.TestClient(app))
+    stop(app)
+    assert list(tmp_path.glob("speculation-*.json"))
+    app = make_app(stories_model, tmp_path, adaptive="off")
+    try:
+        assert app.reame.service.speculator is None
+        assert "speculation" not in testing.TestClient(app).simulate_get("/v1/adaptive").json
+    finally:
+        stop(app)
+    app = make_app(stories_model, tmp_path, adaptive="off", speculate="on")
+    try:
+        assert app.reame.service.speculator.report()["index"]["documents"] == 0
+    finally:
+        stop(app)
+
+
+def test_the_index_is_bounded_and_keeps_what_serves():
+    """Past its bound the global index evicts whole documents, those that served no accepted
+    draft first; a repeated output adds weight, not a copy; a conversation's earlier turns
+    (the prompt's stored chunks) are not stored again. Catches an index that grows without
+    bound, evicts the documents that serve, or stores every turn's whole history."""
+    ix = TokenIndex(max_tokens=2000)
+    useful = None
+    for i in range(100):
+        prompt = [1000 + i] * 10 + list(range(i * 50, i * 50 + 60))
+        out = list(range(5000 + i * 40, 5000 + i * 40 + 40))
+        ix.add_request(prompt, out)
+        if i == 3:
+            useful = max(ix.docs)
+            ix.credit(useful, 25)
+        assert ix.n_tokens <= 2000
+    assert useful in ix.docs and ix.evictions > 0
+    n_docs = len(ix.docs)
+    ix.add_request(prompt, out)                 # the same request again
+    assert len(ix.docs) == n_docs
+    # a conversation: each turn resends the history; only the new part is stored
+    conv = TokenIndex(max_tokens=10**6)
+    history = []
+    for turn in range(6):
+        history += list(range(10000 + turn * 200, 10000 + turn * 200 + 150))
+        reply = list(range(20000 + turn * 100, 20000 + turn * 100 + 50))
+        conv.add_request(history, reply)
+        history += reply
+    assert conv.n_tokens < 2 * len(history)

@@ -304,16 +304,17 @@ class AdaptiveRuntime:
         return True
 
     def _save_speculation(self, background: bool) -> None:
-        args = (store.speculation_path(self.path), self.ident, self.speculator.state())
+        snap = self.speculator.state()             # copies, on this thread
+        path = store.speculation_path(self.path)
         if not background:
-            store.save_speculation(*args)
+            store.save_speculation(path, self.ident, self.speculator.jsonable(snap))
             return
 
         def write():
             try:
-                store.save_speculation(*args)
+                store.save_speculation(path, self.ident, self.speculator.jsonable(snap))
             except OSError as e:
-                log.warning("speculation: cannot save %s: %s", args[0], e)
+                log.warning("speculation: cannot save %s: %s", path, e)
         threading.Thread(target=write, name="reame-save", daemon=True).start()
 
     # ---- report ----

@@ -219,9 +219,14 @@ class Speculator:
         return out
 
     def state(self) -> dict:
+        """A snapshot to save (copies: `jsonable(state)` may run on another thread)."""
         with self.lock:
             return {"index": self.global_.state(), "acceptance": self.accept.state(),
                     "step_cost": {str(k): v for k, v in self.cost.curve().items()}}
+
+    @staticmethod
+    def jsonable(state: dict) -> dict:
+        return {**state, "index": TokenIndex.jsonable(state["index"])}
 
     def load(self, state: dict) -> int:
         """Restore state(); returns the documents loaded. ValueError when malformed (then

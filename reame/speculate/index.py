@@ -26,7 +26,7 @@ from array import array
 from collections import OrderedDict
 from dataclasses import dataclass
 
-NGRAM = 3           # tokens that key a lookup
+NGRAM = 3           # tokens that key a lookup (packed into one int, 20 bits a token id)
 MAX_OCC = 12        # occurrences kept per n-gram (the most recent)
 MAX_MATCH = 32      # how far back a match is measured
 CHUNK = 64          # prompt chunk that is stored once (global)
@@ -50,10 +50,9 @@ class TokenIndex:
         self.max_tokens = max_tokens
         self.docs: dict[int, object] = {}          # id -> tokens (array('i') or the seq's list)
         self.meta: dict[int, list] = {}            # id -> [copies, accepted tokens served, last use]
-        self.index: dict[tuple, list[int]] = {}    # n-gram -> packed (doc << 32 | pos)
+        self.index: dict[int, list[int]] = {}      # key(n-gram) -> packed (doc << 32 | pos)
         self.indexed: dict[int, int] = {}          # doc -> positions indexed so far
         self.n_tokens = 0
-        self.stale = 0                             # index entries of evicted documents
         self.evictions = 0
         self._next = 0
         self._clock = 0
@@ -79,7 +78,7 @@ class TokenIndex:
         end = len(toks)
         index, packed = self.index, d << 32
         for p in range(start, end):
-            key = tuple(toks[p - NGRAM:p])
+            key = (toks[p - 3] << 40) | (toks[p - 2] << 20) | toks[p - 1]     # NGRAM = 3
             occ = index.get(key)
             if occ is None:
                 index[key] = [packed | p]
@@ -121,30 +120,33 @@ class TokenIndex:
     # ---- eviction ----
 
     def evict(self) -> None:
-        """While over max_tokens: drop the document that served the fewest accepted tokens
-        (decayed), least recently used among equals."""
-        while self.n_tokens > self.max_tokens and len(self.docs) > 1:
-            d = min(self.docs, key=lambda k: (self.meta[k][1] + self.meta[k][0] - 1,
-                                              self.meta[k][2]))
+        """Over max_tokens: drop the documents that served the fewest accepted tokens (and
+        were stored once), least recently used among equals, down to 7/8 of the bound (one
+        ranking for many evictions)."""
+        if self.n_tokens <= self.max_tokens:
+            return
+        ranked = sorted(self.docs, key=lambda k: (self.meta[k][1] + self.meta[k][0] - 1,
+                                                  self.meta[k][2]))
+        for d in ranked[:-1]:
+            if self.n_tokens <= self.max_tokens * 7 // 8:
+                break
             self.drop(d)
-        if self.stale > max(4096, self.n_tokens):
-            self._rebuild()
 
     def drop(self, d: int) -> None:
+        """Forget document d and its index entries (as many operations as it has tokens)."""
+        toks = self.docs.pop(d)
         n = self.indexed.pop(d)
-        del self.docs[d], self.meta[d]
+        del self.meta[d]
+        index = self.index
+        for p in range(NGRAM, n):
+            key = (toks[p - 3] << 40) | (toks[p - 2] << 20) | toks[p - 1]
+            occ = index.get(key)
+            if occ is not None:
+                occ[:] = [x for x in occ if x >> 32 != d]
+                if not occ:
+                    del index[key]
         self.n_tokens -= n
-        self.stale += max(0, n - NGRAM)
         self.evictions += 1
-
-    def _rebuild(self) -> None:
-        self.index = {}
-        self.stale = 0
-        self.n_tokens = 0
-        for d in list(self.docs):
-            self.indexed[d] = 0
-            self.extend(d)
-        self._outputs = {k: d for k, d in self._outputs.items() if d in self.docs}
 
     # ---- drafting ----
 
@@ -154,7 +156,7 @@ class TokenIndex:
         own end)."""
         if len(ctx) < NGRAM:
             return []
-        occ = self.index.get(tuple(ctx[-NGRAM:]))
+        occ = self.index.get((ctx[-3] << 40) | (ctx[-2] << 20) | ctx[-1])
         if not occ:
             return []
         n_ctx = len(ctx)
@@ -162,8 +164,8 @@ class TokenIndex:
         seen = set()
         for packed in reversed(occ):                # most recent first
             d, p = packed >> 32, packed & 0xFFFFFFFF
-            toks = self.docs.get(d)
-            if toks is None or p >= len(toks) or (d, p) in seen or p == exclude:
+            toks = self.docs[d]
+            if p >= len(toks) or (d, p) in seen or p == exclude:
                 continue
             seen.add((d, p))
             m = NGRAM
@@ -195,11 +197,17 @@ class TokenIndex:
     # ---- persistence (global) ----
 
     def state(self) -> dict:
+        """What load() reads back. The documents are copies of their arrays (a memory copy:
+        cheap on the engine thread); `jsonable` turns them into lists elsewhere."""
         docs = sorted(self.docs, key=lambda d: self.meta[d][2])   # oldest first
         return {"ngram": NGRAM,
-                "docs": [[self.meta[d][0], round(self.meta[d][1], 2), list(self.docs[d])]
+                "docs": [[self.meta[d][0], round(self.meta[d][1], 2), array("i", self.docs[d])]
                          for d in docs],
                 "chunks": list(self._chunks)[-4096:]}
+
+    @staticmethod
+    def jsonable(state: dict) -> dict:
+        return {**state, "docs": [[c, s, t.tolist()] for c, s, t in state["docs"]]}
 
     def load(self, state: dict, n_vocab: int) -> int:
         """Documents from state() (checked: token ids within the vocabulary); returns the
@@ -215,7 +223,7 @@ class TokenIndex:
                 raise ValueError("docs: [copies, served, tokens] expected")
             copies, served, toks = item
             if not (isinstance(toks, list) and toks and all(
-                    isinstance(t, int) and 0 <= t < n_vocab for t in toks)):
+                    isinstance(t, int) and 0 <= t < min(n_vocab, 1 << 20) for t in toks)):
                 raise ValueError("docs: token ids within the vocabulary expected")
             if not (isinstance(copies, int) and isinstance(served, (int, float))):
                 raise ValueError("docs: counts expected")

@@ -75,6 +75,7 @@ class Speculator:
         self.states: dict[int, SeqState] = {}
         self.lock = threading.Lock()            # the engine thread writes; reports read
         self._declined = 0
+        self._checks = 0
         # counters since start (vLLM: spec_decode_num_drafts / _draft_tokens / _accepted_tokens)
         self.drafts = self.draft_tokens = self.accepted_tokens = 0
         self.accepted_per_pos = [0] * MAX_DRAFT
@@ -88,6 +89,8 @@ class Speculator:
                 max_total: int) -> list[list[int]]:
         """Draft tokens for each decoding sequence (at most caps[i] for seqs[i], max_total in
         all); [] where the controller finds drafting loses."""
+        if not self._may_pay(len(seqs), base_tokens, base_value, max_total):
+            return [[] for _ in seqs]
         offers, cands = [], []
         for seq, cap in zip(seqs, caps):
             draft, conf, st = self._draft(seq, min(cap, MAX_DRAFT)) if cap > 0 else ([], [], None)
@@ -107,6 +110,23 @@ class Speculator:
                 i = max(range(len(cands)), key=lambda i: len(cands[i]) - ks[i])
                 ks[i] += 1
         return [d[:k] for d, k in zip(cands, ks)]
+
+    def _may_pay(self, n_seqs: int, base_tokens: int, base_value: float,
+                 max_total: int) -> bool:
+        """Whether drafts that were all accepted could beat this step without any (if not, as
+        at saturation, no sequence is even looked up), but for one step in EXPLORE_EVERY * 4."""
+        c = self.cost
+        if not c.known():
+            return True
+        self._checks += 1
+        if self._checks % (EXPLORE_EVERY * 4) == 0:
+            return True
+        rate = base_value / c(base_tokens)
+        for per_seq in (1, 2, 4, 8, MAX_DRAFT):
+            k = min(max_total, per_seq * n_seqs)
+            if (base_value + k) / c(base_tokens + k) > rate:
+                return True
+        return False
 
     def _state(self, seq) -> SeqState:
         st = self.states.get(id(seq))

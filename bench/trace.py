@@ -199,15 +199,25 @@ def make_client() -> httpx.AsyncClient:
         max_connections=None, max_keepalive_connections=None))
 
 
-async def complete(client, url: str, body: dict, t0: float) -> dict:
-    """One streamed /v1/completions request; its record (times in s, `sent` from t0)."""
+def chunk_text(choice: dict) -> str:
+    """The text a streamed choice carries: `text` (/v1/completions) or `delta.content` (chat)."""
+    if "text" in choice:
+        return choice.get("text") or ""
+    return (choice.get("delta") or {}).get("content") or ""
+
+
+async def complete(client, url: str, body: dict, t0: float,
+                   path: str = "/v1/completions") -> dict:
+    """One streamed request to path (/v1/completions or /v1/chat/completions); its record
+    (times in s, `sent` from t0; ttft and last_token from the send; timings: llama-server's
+    last `timings` object, if any)."""
     start = time.perf_counter()
     rec = {"sent": start - t0, "status": None, "outcome": "failed", "ttft": None,
-           "latency": None, "prompt_tokens": None, "completion_tokens": None,
-           "cached_tokens": None, "text": "", "error": None}
+           "last_token": None, "latency": None, "prompt_tokens": None, "completion_tokens": None,
+           "cached_tokens": None, "text": "", "timings": None, "error": None}
     parts, first_chunk = [], None
     try:
-        async with client.stream("POST", url + "/v1/completions", json=body) as r:
+        async with client.stream("POST", url + path, json=body) as r:
             rec["status"] = r.status_code
             if r.status_code >= 400:
                 rec["outcome"] = "rejected_429" if r.status_code == 429 else "rejected_other"
@@ -226,10 +236,13 @@ async def complete(client, url: str, body: dict, t0: float) -> dict:
                     now = time.perf_counter() - start
                     for ch in ev.get("choices") or []:
                         first_chunk = now if first_chunk is None else first_chunk
-                        text = ch.get("text") or ""
-                        if text and rec["ttft"] is None:
-                            rec["ttft"] = now
+                        text = chunk_text(ch)
+                        if text:
+                            rec["ttft"] = now if rec["ttft"] is None else rec["ttft"]
+                            rec["last_token"] = now
                         parts.append(text)
+                    if ev.get("timings"):
+                        rec["timings"] = ev["timings"]
                     if u := ev.get("usage"):
                         rec["prompt_tokens"] = u.get("prompt_tokens")
                         rec["completion_tokens"] = u.get("completion_tokens")
@@ -240,7 +253,7 @@ async def complete(client, url: str, body: dict, t0: float) -> dict:
     rec["latency"] = time.perf_counter() - start
     rec["text"] = "".join(parts)
     if rec["ttft"] is None:           # every chunk had empty text: the first one carried tokens
-        rec["ttft"] = first_chunk
+        rec["ttft"] = rec["last_token"] = first_chunk
     if rec["status"] == 200 and rec["error"] is None:
         rec["outcome"] = "ok"
     return rec
@@ -435,10 +448,12 @@ def _tail(log: Path | None) -> str:
 
 @contextlib.contextmanager
 def serving(cmd: list[str] | None, url: str, label: str):
-    """Start cmd (None: the server at url is already running), wait for /health; stop it after."""
+    """Start cmd (None: the server at url is already running), wait for /health; stop it after
+    (SIGTERM, then SIGKILL after 60 s). Yields the process (None with cmd None): its returncode
+    tells, after the block, whether it stopped by itself."""
     if cmd is None:
         wait_ready(url, None, None, 30)
-        yield
+        yield None
         return
     log = Path(tempfile.gettempdir()) / f"bench-trace-{label}-{url.rsplit(':', 1)[1]}.log"
     print(f"{label}: {shlex.join(cmd)} (log {log})", flush=True)
@@ -447,7 +462,7 @@ def serving(cmd: list[str] | None, url: str, label: str):
                                 env={**os.environ, "PYTHONPATH": str(REPO)})
     try:
         wait_ready(url, proc, log)
-        yield
+        yield proc
     finally:
         proc.send_signal(signal.SIGTERM)
         try:

@@ -381,7 +381,9 @@ def summarize(records: list[dict]) -> dict:
             "prompt_tokens": sum(r["prompt_tokens"] or 0 for r in ok),
             "decode_first5": first, "decode_last20": last,
             "decode_ratio": last / first if first and last is not None else None,
-            "decode_median": median(decode), "ttft_p50": median(r["ttft"] for r in ok)}
+            "decode_median": median(decode), "ttft_p50": median(r["ttft"] for r in ok),
+            # each request's time per output token (1 / its decode tok/s), 95th percentile
+            "tpot_p95": trace.percentile([1 / d for d in decode if d], 95)}
 
 
 def mismatches(reference: list[dict], other: list[dict]) -> list[int]:
@@ -463,8 +465,8 @@ def _f(v, fmt=".1f", unit=""):
 
 def table(runs: list[dict]) -> str:
     lines = ["| server | workload | C | ok | decode tok/s first 5 | last 20 | last 20 / first 5 | "
-             "total tok/s | TTFT p50 | drafts accepted | outputs != reame-off |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "total tok/s | TTFT p50 | TPOT p95 | drafts accepted | outputs != reame-off |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for run in runs:
         s = run["summary"]
         acc = acceptance(run)
@@ -477,7 +479,8 @@ def table(runs: list[dict]) -> str:
             f"| {run['server']} | {run['workload']} | {run['concurrency']} | {ok} | "
             f"{_f(s['decode_first5'])} | {_f(s['decode_last20'])} | "
             f"{_f(s['decode_ratio'], '.2f', 'x')} | {_f(s['tok_s'])} | "
-            f"{_f(s['ttft_p50'], '.2f', ' s')} | {acc_s} | {mis_s} |")
+            f"{_f(s['ttft_p50'], '.2f', ' s')} | {_f(s['tpot_p95'] and s['tpot_p95'] * 1e3, '.1f', ' ms')} | "
+            f"{acc_s} | {mis_s} |")
     return "\n".join(lines)
 
 

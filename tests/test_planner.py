@@ -36,13 +36,16 @@ def expected(prompt, n) -> list[int]:
 
 
 class FakeEngine:
-    """KV = the token ids, written and read through the block tables."""
+    """KV = the token ids, written and read through the block tables; a logits row is
+    `row(every key the row's attention reads)` (default: [next_token(keys)])."""
 
-    def __init__(self, slots=4, blocks=64, bs=4, n_ctx=256):
+    def __init__(self, slots=4, blocks=64, bs=4, n_ctx=256, row=None, dtype=np.int64):
         self.kv = PagedKVCache(1, slots, 1, n_ctx, 1, 1, "f32", bs, blocks)
         self.kv.tables[:] = 0                    # nothing works by accident of the static layout
         self.max_tokens = 512
         self.batches = []
+        self.row = row or (lambda keys: [next_token(keys)])
+        self.dtype = dtype
 
     def final_hidden(self, lo, hi):
         """Each token's "hidden state": (token id, position + 1)."""
@@ -56,8 +59,8 @@ class FakeEngine:
         rows = []
         for r in batch.logits_rows:
             keys, _ = self.kv.prefix(0, int(batch.seq_ids[r]), int(batch.positions[r]) + 1)
-            rows.append([next_token(keys[0, :, 0].astype(np.int64))])
-        return np.array(rows, np.int64).reshape(len(rows), 1)
+            rows.append(self.row(keys[0, :, 0].astype(np.int64).tolist()))
+        return np.array(rows, self.dtype).reshape(len(rows), -1 if rows else 1)
 
 
 class FakeGen:

@@ -16,7 +16,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from reame.kv_cache import PagedKVCache
+from test_planner import FakeEngine, FakeGen
+
 from reame.planner import Planner, SchedulerParams, Seq
 from reame.speculate import Speculator
 from reame.speculate.control import StepCost, choose
@@ -44,37 +45,8 @@ def expected(prompt, n) -> list[int]:
     return out
 
 
-class FakeEngine:
-    """KV = the token ids, written and read through the block tables; logits row = one
-    value, the next token of everything the row's attention reads."""
-
-    def __init__(self, slots=4, blocks=256, bs=4, n_ctx=512):
-        self.kv = PagedKVCache(1, slots, 1, n_ctx, 1, 1, "f32", bs, blocks)
-        self.kv.tables[:] = 0
-        self.max_tokens = 512
-        self.n_ctx = n_ctx
-        self.batches = []
-
-    def forward(self, batch):
-        self.batches.append(batch)
-        t = batch.tokens.astype(np.float32).reshape(-1, 1, 1)
-        self.kv.store(0, batch.seq_ids, batch.positions, t, t)
-        rows = []
-        for r in batch.logits_rows:
-            keys, _ = self.kv.prefix(0, int(batch.seq_ids[r]), int(batch.positions[r]) + 1)
-            rows.append([echo_next(keys[0, :, 0].astype(np.int64).tolist())])
-        return np.array(rows, np.int64).reshape(len(rows), 1)
-
-
-class FakeGen:
-    def __init__(self, max_tokens):
-        self.max_tokens, self.output_ids, self.finished = max_tokens, [], False
-
-    def step(self, row):
-        tok = int(row[0])
-        self.output_ids.append(tok)
-        self.finished = len(self.output_ids) >= self.max_tokens
-        return SimpleNamespace(token=tok, finish_reason="length" if self.finished else None)
+def echo_row(keys):
+    return [echo_next(keys)]
 
 
 def cheap_costs(spec, base=0.010, per_token=0.0003):
@@ -83,8 +55,8 @@ def cheap_costs(spec, base=0.010, per_token=0.0003):
         spec.step_done(n, base + n * per_token)
 
 
-def make(spec=None, slots=4, blocks=256, bs=4, **params):
-    eng = FakeEngine(slots, blocks, bs)
+def make(spec=None, slots=4, blocks=256, bs=4, row=echo_row, dtype=np.int64, **params):
+    eng = FakeEngine(slots, blocks, bs, 512, row, dtype)
     params.setdefault("max_batch", slots)
     return Planner(eng.kv, SchedulerParams(**params), speculator=spec), eng
 
@@ -304,18 +276,6 @@ def toy_logits(ctx) -> np.ndarray:
     return np.array([((h * (k + 7)) % 17) / 5.0 for k in range(V)], np.float32)
 
 
-class ToyEngine(FakeEngine):
-    def forward(self, batch):
-        self.batches.append(batch)
-        t = batch.tokens.astype(np.float32).reshape(-1, 1, 1)
-        self.kv.store(0, batch.seq_ids, batch.positions, t, t)
-        rows = []
-        for r in batch.logits_rows:
-            keys, _ = self.kv.prefix(0, int(batch.seq_ids[r]), int(batch.positions[r]) + 1)
-            rows.append(toy_logits(keys[0, :, 0].astype(np.int64).tolist()))
-        return np.array(rows, np.float32)
-
-
 PARAMS = dict(temperature=0.9, top_k=3, repetition_penalty=1.3, logit_bias={2: 0.7})
 
 
@@ -375,9 +335,7 @@ def exact_distribution(prompt, n):
 
 
 def sample_outputs(spec, n_seqs, prompt, n, seed0=0):
-    p, eng = make(spec, slots=8, blocks=256)
-    p.kv.tables[:] = 0
-    eng.__class__ = ToyEngine
+    p, eng = make(spec, slots=8, blocks=256, row=toy_logits, dtype=np.float32)
     seqs = [Seq(prompt, SamplingGen(prompt, n, seed0 + i)) for i in range(n_seqs)]
     for s in seqs:
         p.add(s)

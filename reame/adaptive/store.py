@@ -70,6 +70,18 @@ def save(path: Path, ident: dict, choices: dict[str, KernelSpec], scheduler: dic
     _write(path, body, indent=1)
 
 
+def _read(path: Path, warning: str) -> str | None:
+    """The file's text; None when there is none, or (logged with `warning` % (path, error))
+    when it cannot be read."""
+    try:
+        return path.read_text()
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        log.warning(warning, path, e)
+        return None
+
+
 def _write(path: Path, body: dict, indent=None) -> None:
     """Write JSON atomically: a temporary file renamed over the old one."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -89,12 +101,8 @@ def _write(path: Path, body: dict, indent=None) -> None:
 def load(path: Path, ident: dict) -> dict | None:
     """The saved strategy ({"choices": {key: KernelSpec}, "scheduler": {...}, "prefixes":
     [[token id, ...], ...], "rejected": {key: [label, ...]}}), or None (no file, or one that is corrupt or foreign: logged)."""
-    try:
-        raw = path.read_text()
-    except FileNotFoundError:
-        return None
-    except OSError as e:
-        log.warning("adaptive: cannot read %s (%s): starting from the defaults", path, e)
+    raw = _read(path, "adaptive: cannot read %s (%s): starting from the defaults")
+    if raw is None:
         return None
     try:
         body = json.loads(raw)
@@ -142,12 +150,8 @@ def save_speculation(path: Path, ident: dict, state: dict) -> None:
 def load_speculation(path: Path, ident: dict) -> dict | None:
     """The saved speculator state, or None (no file; one that is corrupt, of another format or
     learned for another CPU, model or version is ignored with a warning)."""
-    try:
-        raw = path.read_text()
-    except FileNotFoundError:
-        return None
-    except OSError as e:
-        log.warning("speculation: cannot read %s (%s): starting empty", path, e)
+    raw = _read(path, "speculation: cannot read %s (%s): starting empty")
+    if raw is None:
         return None
     try:
         body = json.loads(raw)

@@ -6,9 +6,10 @@
 It owns the kernel tuner (tuner.py: online A/B of kernel variants through the dispatch table),
 the batch tuner (batching.py: how many sequences run at once while requests wait), the request
 profile (profile.py), the saved strategy (store.py) and the report. `enabled=False`
-(`--adaptive off`) runs the starting kernels and parameters unchanged (what a saved strategy or
-the defaults give) and only keeps the profile; `freeze()` stops exploring and keeps what was
-learned.
+(`--adaptive off` and `frozen`) runs the starting kernels and parameters unchanged and only keeps
+the profile: the built-in defaults under off (the server neither loads a strategy nor runs the
+start-up benchmark), the loaded strategy under frozen; `freeze()` stops exploring and keeps what
+was learned.
 """
 
 from __future__ import annotations
@@ -66,13 +67,16 @@ class AdaptiveRuntime:
 
     # ---- start ----
 
-    def load(self) -> int | None:
-        """Apply a saved strategy for this CPU, model and version; returns the kernel choices
-        applied (0: the saved strategy kept the start-up choices), None when there is none."""
-        if self.path is None:
+    def load(self, path: Path | str | None = None) -> int | None:
+        """Apply a saved strategy for this CPU, model and version (the one in the state
+        directory, or the file `path`) and the speculator's state beside it; returns the kernel
+        choices applied (0: the saved strategy kept the start-up choices), None when there is
+        none."""
+        path = Path(path) if path else self.path
+        if path is None:
             return None
-        self._load_speculation()
-        saved = store.load(self.path, self.ident)
+        self._load_speculation(path)
+        saved = store.load(path, self.ident)
         if not saved:
             return None
         self.loaded = self.tuner.apply_choices(saved["choices"])
@@ -82,16 +86,16 @@ class AdaptiveRuntime:
         self.saved_prefixes = [p for p in saved["prefixes"]
                                if len(p) < self.engine.n_ctx and max(p) < n_vocab]
         log.info("adaptive: %d kernel choices loaded from %s (%d candidates it rejected not "
-                 "tried again; batch levels it refused: %s)", self.loaded, self.path, skipped,
+                 "tried again; batch levels it refused: %s)", self.loaded, path, skipped,
                  sorted(self.batch.refused) or "none")
         return self.loaded
 
-    def _load_speculation(self) -> None:
-        """The speculator's index of earlier requests, acceptance and step costs, as the last
-        run left them (under --adaptive on only: off starts from nothing learned)."""
-        if self.speculator is None or not self.enabled:
+    def _load_speculation(self, strategy: Path) -> None:
+        """The speculator's index of earlier requests, acceptance and step costs, as the run
+        that saved `strategy` left them (the server loads nothing under --adaptive off)."""
+        if self.speculator is None:
             return
-        sp = store.speculation_path(self.path)
+        sp = store.speculation_path(strategy)
         state = store.load_speculation(sp, self.ident)
         if state is None:
             return

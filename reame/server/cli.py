@@ -19,8 +19,11 @@ def add_serve_command(subparsers) -> None:
                     "Each worker loads its own replica of the model after the fork.",
         epilog="REAME_* environment variables (see docs/deploy.md) fill in the flags not given, "
                "except --engine and --kv-type.")
-    p.add_argument("model", help="a .gguf file, or a model name: org/repo[:QUANT] or "
+    p.add_argument("model", nargs="?", default=None,
+                   help="a .gguf file, or a model name: org/repo[:QUANT] or "
                    "hf://org/repo/FILE.gguf (downloaded with the 'hub' extra)")
+    p.add_argument("--model", dest="model_flag", default=None, metavar="MODEL",
+                   help="the same as the positional MODEL (give one of the two)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
     p.add_argument("--port", type=int, default=8000, help="port to listen on (default: %(default)s)")
     p.add_argument("--workers", type=int, default=None,
@@ -79,10 +82,15 @@ def add_serve_command(subparsers) -> None:
                    help="auto: the <think> block of reasoning models goes to "
                         "'reasoning_content'; none: it stays in 'content' "
                         "(default: $REAME_REASONING_FORMAT or auto)")
-    p.add_argument("--adaptive", default=None, choices=("on", "off"),
-                   help="on: tune kernel variants on live traffic and keep what wins; off: run "
-                        "the start-up benchmark's (or a saved strategy's) choices unchanged "
+    p.add_argument("--adaptive", default=None, choices=("on", "off", "frozen"),
+                   help="on: tune kernels, batch and speculation on live traffic and keep what "
+                        "wins (a saved strategy is the starting point); off: the built-in "
+                        "defaults, nothing measured at start and nothing loaded; frozen: the "
+                        "strategy saved for this CPU, model and version, unchanged "
                         "(default: $REAME_ADAPTIVE or on)")
+    p.add_argument("--strategy", default=None, metavar="FILE",
+                   help="run this saved strategy file (strategy-*.json) frozen (implies "
+                        "--adaptive frozen)")
     p.add_argument("--adaptive-dir", default=None, metavar="DIR",
                    help="where learned strategies are saved, per CPU, model and version "
                         "(default: $REAME_ADAPTIVE_DIR or ~/.cache/reame/adaptive)")
@@ -102,7 +110,7 @@ def add_serve_command(subparsers) -> None:
                         "auto)")
     p.add_argument("--speculate-tokens", type=int, default=None, metavar="N",
                    help="token positions of earlier requests kept to draft from, least useful "
-                        "evicted first (default: $REAME_SPECULATE_TOKENS or 262144, ~60 MB)")
+                        "evicted first (default: $REAME_SPECULATE_TOKENS or 262144, ~51 MB)")
     p.add_argument("--chat-template-file", default=None, help="override the chat template")
     p.add_argument("--alias", default=None, help="another model name clients may use")
     p.add_argument("--log-level", default="info",
@@ -127,6 +135,12 @@ def cmd_serve(args) -> int:
         raise ReameError("--workers must be >= 1")
     if not 0 < args.port < 65536:
         raise ReameError("--port must be in 1..65535")
+    if (args.model is None) == (args.model_flag is None):
+        raise ReameError("give the model once: reame serve MODEL or reame serve --model MODEL"
+                         if args.model is None else
+                         f"two models given ({args.model} and --model {args.model_flag}); "
+                         "a server serves one")
+    args.model = args.model or args.model_flag
     from ..hub import resolve_model
     args.model = resolve_model(args.model)             # a name: downloaded into the hub cache
     _check_model(args.model)
@@ -146,7 +160,7 @@ def cmd_serve(args) -> int:
         max_connections=args.max_connections, header_timeout=args.header_timeout,
         body_timeout=args.body_timeout, send_timeout=args.send_timeout,
         send_buffer=args.send_buffer, pooling=args.pooling,
-        reasoning_format=args.reasoning_format, adaptive=args.adaptive,
+        reasoning_format=args.reasoning_format, adaptive=args.adaptive, strategy=args.strategy,
         adaptive_dir=args.adaptive_dir, adaptive_boot=args.adaptive_boot,
         adaptive_report=args.adaptive_report, tpot_limit=args.tpot_limit, pin=pin,
         speculate=args.speculate, speculate_tokens=args.speculate_tokens)

@@ -44,7 +44,11 @@ class ServerConfig:
     cors_origins: str | None = None     # "*" or a comma list of origins allowed by CORS; None: off
     pooling: str | None = None          # /v1/embeddings: mean | last (None: the model's metadata)
     reasoning_format: str = "auto"      # auto: <think> blocks -> reasoning_content; none: kept
-    adaptive: str = "on"                # on: tune kernels on live traffic; off: start-up choice
+    # on: tune on live traffic, starting from the saved strategy (or a start-up benchmark);
+    # off: the built-in defaults, nothing measured or loaded; frozen: the saved strategy (or
+    # `strategy`, a file) unchanged
+    adaptive: str = "on"
+    strategy: str | None = None         # a strategy file to run frozen (implies frozen)
     adaptive_dir: str | None = None     # where learned strategies are kept (None: ~/.cache/...)
     adaptive_boot: float = 10.0         # seconds of start-up micro-benchmark (0: none)
     adaptive_report: float = 300.0      # seconds between adaptive report log lines (0: none)
@@ -75,6 +79,7 @@ class ServerConfig:
         "max_connections": "REAME_MAX_CONNECTIONS", "cors_origins": "REAME_CORS_ORIGINS",
         "pooling": "REAME_POOLING", "reasoning_format": "REAME_REASONING_FORMAT",
         "adaptive": "REAME_ADAPTIVE", "adaptive_dir": "REAME_ADAPTIVE_DIR",
+        "strategy": "REAME_STRATEGY",
         "adaptive_boot": "REAME_ADAPTIVE_BOOT", "adaptive_report": "REAME_ADAPTIVE_REPORT",
         "tpot_limit": "REAME_TPOT_LIMIT", "pin": "REAME_PIN",
         "speculate": "REAME_SPECULATE", "speculate_tokens": "REAME_SPECULATE_TOKENS",
@@ -106,8 +111,15 @@ class ServerConfig:
         return cfg
 
     @property
+    def adaptive_mode(self) -> str:
+        """on, off or frozen (a --strategy file runs frozen)."""
+        return "frozen" if self.strategy and self.adaptive != "off" else self.adaptive
+
+    @property
     def speculating(self) -> bool:
-        return self.speculate == "on" or (self.speculate == "auto" and self.adaptive == "on")
+        """auto: under --adaptive on (learning) and frozen (what was learned), never off."""
+        return self.speculate == "on" or (self.speculate == "auto"
+                                          and self.adaptive_mode != "off")
 
     def batch_limits(self) -> tuple[int, int]:
         """(the batch to start with, the most sequences ever running: the engine's KV slots)."""
@@ -164,8 +176,13 @@ class ServerConfig:
             raise ReameError("pooling must be mean or last")
         if self.reasoning_format not in ("auto", "none"):
             raise ReameError("reasoning_format must be auto or none")
-        if self.adaptive not in ("on", "off"):
-            raise ReameError("adaptive must be on or off")
+        if self.adaptive not in ("on", "off", "frozen"):
+            raise ReameError("adaptive must be on, off or frozen")
+        if self.strategy:
+            if self.adaptive == "off":
+                raise ReameError("--strategy runs a learned strategy: not with --adaptive off")
+            if not os.path.isfile(self.strategy):
+                raise ReameError(f"{self.strategy}: no such strategy file")
         if self.adaptive_boot < 0 or self.adaptive_report < 0:
             raise ReameError("adaptive_boot and adaptive_report must be >= 0")
         if not self.tpot_limit > 0:

@@ -90,7 +90,7 @@ class ModelService:
         self.adaptive = None
         if hasattr(engine, "table"):                # the JIT engine: kernels can be tuned
             from ..adaptive import AdaptiveRuntime
-            self.adaptive = AdaptiveRuntime(engine, params, enabled=config.adaptive == "on",
+            self.adaptive = AdaptiveRuntime(engine, params, enabled=config.adaptive_mode == "on",
                                             state_dir=config.adaptive_dir,
                                             report_every=config.adaptive_report,
                                             tpot_limit=config.tpot_limit)
@@ -106,15 +106,25 @@ class ModelService:
         self.pooling, self.pooling_error = embedding_pooling(engine, config)
 
     def start(self) -> "ModelService":
-        """Before serving: the saved strategy for this CPU, model and version if there is one,
-        else the start-up micro-benchmark (time-boxed; its choices are what --adaptive off
-        keeps); then the engine thread."""
+        """Before serving, by --adaptive: on, the saved strategy for this CPU, model and version
+        if there is one, else the start-up micro-benchmark (time-boxed); frozen, the saved
+        strategy (or --strategy FILE), unchanged; off, nothing: the built-in defaults. Then the
+        engine thread."""
         a = self.adaptive
-        if a is not None and a.load() is None and self.config.adaptive_boot > 0:
-            from .. import progress
-            with progress.task("start-up kernel benchmark", total=100, unit="%") as t:
-                a.boot(self.config.adaptive_boot,
-                       progress=lambda f: t.update(int(f * 100) - t.done))
+        mode = self.config.adaptive_mode
+        if a is not None and mode == "on":
+            if a.load() is None and self.config.adaptive_boot > 0:
+                from .. import progress
+                with progress.task("start-up kernel benchmark", total=100, unit="%") as t:
+                    a.boot(self.config.adaptive_boot,
+                           progress=lambda f: t.update(int(f * 100) - t.done))
+        elif a is not None and mode == "frozen":
+            if self.speculator is not None:      # drafts from what was learned, adds nothing
+                self.speculator.learn = False
+            where = self.config.strategy or a.path
+            if a.load(self.config.strategy) is None:
+                log.warning("adaptive: --adaptive frozen: no valid strategy at %s for this CPU, "
+                            "model and version: running the built-in defaults", where)
         self.scheduler.start()
         if a is not None:
             a.warm(self.scheduler)                # the hot prefixes a saved strategy lists

@@ -85,6 +85,7 @@ class Seq:
         self.bypassed = 0                  # younger admissions while this one waited
         self.n_cached: int | None = None   # prompt tokens found in the cache at first admission
         self.n_preempted = 0
+        self.t_first = self.t_last = None  # when its first / latest token was emitted
 
     @property
     def remaining(self) -> int:

@@ -368,12 +368,16 @@ class Scheduler:
                                             f"{o.error}"))
                 continue
             r.out.put(Event(o.seq.index, o.step, t, finish_reason=o.step.finish_reason))
+            if o.seq.t_first is None:
+                o.seq.t_first = t
+            o.seq.t_last = t
             if o.step.finish_reason:
                 ended[id(r)] = r
         for r in ended.values():               # after every event of the step is out
             self._maybe_done(r)
         if self.adaptive is not None:
-            self.adaptive.after_step(plan, sum(1 for o in outcomes if o.step is not None),
+            self.adaptive.after_step(plan, sum(1 for o in outcomes if o.step is not None
+                                               and o.seq.pooling is None),
                                      self.planner.n_running, self.planner.n_waiting)
         return True
 
@@ -420,7 +424,10 @@ class Scheduler:
         if all(s.gen.finished for s in r.seqs):
             if self.adaptive is not None:
                 for s in r.seqs:
-                    self.adaptive.profile.finished(len(s.gen.output_ids))
+                    n = len(s.gen.output_ids)
+                    tpot = ((s.t_last - s.t_first) / (n - 1)
+                            if n > 1 and s.t_first is not None else None)
+                    self.adaptive.profile.finished(n, tpot, s.t_last)
             self._end_request(r)
 
     def _end_request(self, r: Request) -> None:

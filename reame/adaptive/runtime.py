@@ -199,7 +199,8 @@ class AdaptiveRuntime:
         and `waiting` ones wait for one (the batch tuner's signal of saturation)."""
         now = time.monotonic()
         decode_only = all(w.decodes for w in plan.work)
-        self.profile.step(len(plan.batch), n_sampled, now - self._t_step, decode_only, now)
+        self.profile.step(len(plan.batch), n_sampled, now - self._t_step, decode_only, now,
+                          running)
         if self.profile.outputs and self.batch.steps % 64 == 0:   # a generation's length
             self.batch.cycle = int(percentile(self.profile.outputs, 0.5))
         self.batch.observe(n_sampled, now - self._t_step, decode_only, running, waiting,
@@ -210,8 +211,8 @@ class AdaptiveRuntime:
         if self.pool is not None and (not self._pool_hist or now - self._pool_hist[-1][0] >= 1):
             p = self.pool
             self._pool_hist.append((now, p.queries, p.hits, p.evictions))
-        if self._first_minute is None and now - self.t_start >= 60:
-            self._first_minute = self._snapshot(now)
+        with self._lock:
+            self._baseline(now)
         if self.report_every and now - self._last_report >= self.report_every:
             self._last_report = now
             log.info("adaptive: %s", self.line())
@@ -323,9 +324,22 @@ class AdaptiveRuntime:
 
     # ---- report ----
 
+    SATURATED = 0.9     # a window where the engine was busy this share of the time
+
+    def _baseline(self, now: float) -> None:
+        """The first minute of traffic, once it is over: the steps before it (the start-up
+        benchmark, warming hot prefixes) are not traffic and do not count."""
+        t0 = self.profile.t_traffic
+        if self._first_minute is None and t0 is not None and now - t0 >= 60:
+            self._first_minute = self._snapshot(t0 + 60)
+
     def _snapshot(self, now: float) -> dict:
-        return {"tok_s": self.profile.throughput(60.0, now), "tpot_p95": self.profile.tpot_p95(),
-                "prefix_hit": self._prefix_rates(now)[0]}
+        """The minute before `now` (or since traffic started, when that is shorter)."""
+        t0 = self.profile.t_traffic
+        start = now - 60.0 if t0 is None else max(now - 60.0, min(t0, now))
+        s = self.profile.speed(start, now) if now > start else self.profile.speed(now - 60, now)
+        s["prefix_hit"] = self._prefix_rates(now)[0]
+        return s
 
     def _prefix_rates(self, now: float) -> tuple[float | None, int]:
         """(prompt tokens found in the prefix cache / looked up, cached blocks evicted) over
@@ -340,20 +354,36 @@ class AdaptiveRuntime:
         dq, dh = p.queries - old[1], p.hits - old[2]
         return (dh / dq if dq else None), p.evictions - old[3]
 
-    def report(self) -> dict:
-        now = time.monotonic()
+    def report(self, now: float | None = None) -> dict:
+        """What the runtime measured (thread-safe). Speed is counted from every step over the
+        last minute: tok/s, and since tok/s below saturation is only the offered load, the
+        busy seconds per generated token (the cost of a token at the running batch) and the
+        engine's busy share; the change against the first minute of traffic (after the
+        start-up work) is given for the cost always and for tok/s when both minutes were
+        saturated. The p95 time per output token is per request, mixed steps included."""
+        now = time.monotonic() if now is None else now
+        with self._lock:
+            self._baseline(now)
         cur = self._snapshot(now)
         first = self._first_minute
+        sat = lambda s: s["busy_share"] >= self.SATURATED          # noqa: E731
+        r = lambda v, d=5: None if v is None else round(v, d)      # noqa: E731
+        ratio = lambda k: (round(cur[k] / first[k] - 1, 4)         # noqa: E731
+                           if first and first.get(k) and cur.get(k) is not None else None)
         out = {"enabled": self.enabled, "frozen": self.frozen,
                "uptime_s": round(now - self.t_start, 1),
                "tok_s_last_minute": round(cur["tok_s"], 2),
-               "tpot_p95_s": round(cur["tpot_p95"], 5),
-               "first_minute": first and {k: None if v is None else round(v, 5)
-                                          for k, v in first.items()},
-               "tok_s_change": (round(cur["tok_s"] / first["tok_s"] - 1, 4)
-                                if first and first["tok_s"] else None),
-               "tpot_p95_change": (round(cur["tpot_p95"] / first["tpot_p95"] - 1, 4)
-                                   if first and first["tpot_p95"] else None),
+               "busy_share_last_minute": round(cur["busy_share"], 4),
+               "saturated": sat(cur),
+               "cost_per_token_ms": r(cur["cost_per_token_s"] and cur["cost_per_token_s"] * 1e3,
+                                      4),
+               "running_batch": r(cur["batch"], 2),
+               "tpot_p95_s": r(cur["tpot_p95_s"]) or 0.0,
+               "first_minute": first and {k: r(v) for k, v in first.items()},
+               "tok_s_change": (ratio("tok_s") if first and sat(cur) and sat(first)
+                                else None),
+               "cost_per_token_change": ratio("cost_per_token_s"),
+               "tpot_p95_change": ratio("tpot_p95_s"),
                "profile": self.profile.summary(),
                "prefix_cache": self._prefix_report(now, first),
                "strategy_file": str(self.path) if self.path else None,
@@ -400,10 +430,16 @@ class AdaptiveRuntime:
     def line(self) -> str:
         r = self.report()
         k = r.get("kernels") or {}
-        return (f"{r['tok_s_last_minute']:.1f} tok/s over the last minute"
-                + (f" ({r['tok_s_change']:+.0%} vs the first)" if r["tok_s_change"] is not None
-                   else "")
-                + f", p95 TPOT {r['tpot_p95_s'] * 1e3:.1f} ms; kernels: "
+        cost = r["cost_per_token_ms"]
+        return (f"{r['tok_s_last_minute']:.1f} tok/s over the last minute (engine busy "
+                f"{r['busy_share_last_minute']:.0%}"
+                + ("" if r["saturated"] else ": below saturation, tok/s is the offered load")
+                + (f"; {r['tok_s_change']:+.0%} vs the first minute of traffic"
+                   if r["tok_s_change"] is not None else "") + ")"
+                + (f", {cost:.2f} ms of engine time per generated token" if cost else "")
+                + (f" ({r['cost_per_token_change']:+.0%} vs the first minute)"
+                   if r["cost_per_token_change"] is not None else "")
+                + f", p95 time per output token {r['tpot_p95_s'] * 1e3:.1f} ms; kernels: "
                 f"{k.get('candidates_tried', 0)} tried, {k.get('promoted', 0)} promoted, "
                 f"{k.get('rolled_back', 0)} rolled back, {k.get('refused', 0)} refused; "
                 + self._prefix_words(r.get("prefix_cache")) +

@@ -70,11 +70,13 @@ SERIES = {
     "reame_adaptive_tokens_per_second": ("gauge", "Tokens generated per second over the last "
                                          "minute.", (), None),
     "reame_adaptive_throughput_change_ratio": ("gauge", "Tokens per second over the last minute "
-                                               "relative to the first minute, minus 1.", (), None),
-    "reame_adaptive_tpot_p95_seconds": ("gauge", "95th percentile of recent decode step times.",
+                                               "relative to the first minute of traffic, minus 1 "
+                                               "(0 unless both were saturated).", (), None),
+    "reame_adaptive_tpot_p95_seconds": ("gauge", "95th percentile of finished requests' time "
+                                        "per output token over the last minute.",
                                         (), None),
-    "reame_adaptive_tpot_p95_change_ratio": ("gauge", "p95 decode step time relative to the "
-                                             "first minute, minus 1.", (), None),
+    "reame_adaptive_tpot_p95_change_ratio": ("gauge", "p95 time per output token relative to "
+                                             "the first minute of traffic, minus 1.", (), None),
     "reame_adaptive_max_batch": ("gauge", "Sequences that may run at once now (the adaptive "
                                  "batch; the starting one when it does not tune).", (), None),
     "reame_spec_decode_drafts_total": ("counter", "Drafts verified: a sequence's step that "

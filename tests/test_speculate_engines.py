@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import time
 
+import numpy as np
 import pytest
 
 from reame.engines import create_engine
@@ -213,3 +214,33 @@ def test_a_grammar_constrains_every_verified_position(stories_model, tok, storie
         for r in batch:
             text = "".join(e[1] for e in r[0])
             assert re.fullmatch(r"( [a-z]+){4,12}\. [A-Z][a-z]+", text), text
+
+
+def test_a_tokens_logits_do_not_depend_on_the_step_size():
+    """JIT engine, SmolLM2-135M (Q4_1 weights, Q8_0 head: matmul_q8 products) on an AVX-512
+    VNNI CPU: the logits of a token decoded alone equal, bit for bit, its row in a 5-token and
+    a 12-token step over the same cache, past the 32 positions where 8-bit roundings began to
+    differ. This is what makes a verify step's greedy tokens plain decoding's. Catches a decode
+    program on other arithmetic than the batched ones (the 1-row VNNI tiles: ~0.1-0.3 rms)."""
+    from conftest import shared_path
+
+    from reame.batch import Batch
+    from reame.codegen.isa import detect
+    from reame.model import load_model
+    if not detect().has("avx512_vnni"):
+        pytest.skip("the row-panel family needs AVX-512 VNNI (elsewhere decode and batched "
+                    "steps use different tiles)")
+    model = load_model(shared_path("models/SmolLM2-135M-Instruct.Q4_1.gguf"))
+    eng = create_engine(model, "jit", n_ctx=256, max_seqs=3, threads=2)
+    try:
+        prompt = list(range(1000, 1060))
+        for slot in range(3):                   # the same cache in 3 slots, token by token
+            for i, t in enumerate(prompt):
+                eng.forward(Batch.decode([t], [i], [slot]))
+        n = len(prompt)
+        alone = eng.forward(Batch.decode([7], [n], [0]))[0]
+        five = eng.forward(Batch.build([7, 8, 9, 10, 11], range(n, n + 5), 1, range(5)))[0]
+        twelve = eng.forward(Batch.build([7, *range(20, 31)], range(n, n + 12), 2, range(12)))[0]
+        assert np.array_equal(alone, five) and np.array_equal(alone, twelve)
+    finally:
+        eng.close()

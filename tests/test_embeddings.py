@@ -6,6 +6,8 @@ computed in one step, pooled in numpy."""
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 
@@ -32,10 +34,20 @@ def oracle(model, prompt, pooling):
     return v / np.linalg.norm(v)
 
 
-def embed(sched, prompts, pooling):
+def drive(sched, reqs, limit=20_000):
+    """Step the scheduler (no engine thread) until every request is done."""
+    for _ in range(limit):
+        if all(r.finished for r in reqs):
+            return
+        sched.step(time.monotonic())
+    raise AssertionError("the scheduler did not finish")
+
+
+def embed(sched, prompts, pooling, others=()):
     req = sched.submit_embeddings(prompts, pooling)
+    drive(sched, [req, *others])
     out = {}
-    while (ev := req.out.get(timeout=60)) is not DONE:
+    while (ev := req.out.get_nowait()) is not DONE:
         assert ev.error is None, ev.error
         assert ev.finish_reason == "stop" and ev.step is None
         out[ev.index] = ev.embedding
@@ -47,21 +59,19 @@ def embed(sched, prompts, pooling):
 def test_pooled_hidden_states_match_the_oracle(stories_model, engine_name, pooling):
     """Prompt chunks of 8 tokens beside generating sequences, on a pool small enough to
     preempt: the vectors equal the whole-prompt oracle (chunk sums are not lost, a preempted
-    sequence starts its sums again) and have unit length."""
+    sequence starts its sums again) and have unit length. Driven step by step (with an engine
+    thread, whether the embeddings met the generations, and so preemption, hung on timing)."""
     tok = Tokenizer.from_metadata(stories_model.metadata)
     want = [oracle(stories_model, p, pooling) for p in PROMPTS]
     kw = {"act_type": "f32"} if engine_name == "jit" else {}
     eng = create_engine(stories_model, engine_name, n_ctx=128, max_seqs=4, block_size=16,
                         kv_blocks=10, **kw)
-    s = Scheduler(eng, SchedulerParams(max_batch=4, token_budget=12, prefill_chunk=8)).start()
+    s = Scheduler(eng, SchedulerParams(max_batch=4, token_budget=12, prefill_chunk=8))
     try:
         gens = [s.submit([p], [[Generation(tok, p, SamplingParams(temperature=0),
                                            max_tokens=60, ignore_eos=True, n_ctx=128)]])
                 for p in PROMPTS[:2]]
-        got, _ = embed(s, PROMPTS, pooling)
-        for g in gens:
-            while g.out.get(timeout=60) is not DONE:
-                pass
+        got, _ = embed(s, PROMPTS, pooling, gens)
         for v, w in zip(got, want):
             assert v.dtype == np.float32 and abs(np.linalg.norm(v) - 1) < 1e-5
             np.testing.assert_allclose(v, w, atol=2e-5)

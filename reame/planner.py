@@ -227,10 +227,7 @@ class Planner:
             if limit is not None:                           # tokens past max_tokens: wasted
                 cap = min(cap, limit - len(s.gen.output_ids) - 1)
             caps.append(max(0, cap))
-        # the step's value without drafts: every token it computes (prompt tokens are work the
-        # server must do as much as decode tokens; valuing them at 0 would make drafts beside a
-        # long prompt chunk look free while they delay it)
-        proposed = self.speculator.propose(seqs, caps, used, used, room)
+        proposed = self.speculator.propose(seqs, caps, used, room)
         out = {}
         for s, d in zip(seqs, proposed):
             if d:
@@ -239,10 +236,7 @@ class Planner:
                     d = d[:(len(s.blocks) + self.pool.available) * self.bs - s.n_computed - 1]
                     need = self.pool.available
                 if d:
-                    new = [self.pool.allocate() for _ in range(max(0, need))]
-                    if new:
-                        self.kv.set_blocks(s.slot, len(s.blocks), new)
-                        s.blocks += new
+                    self._add_blocks(s, need)
                     out[id(s)] = d
         return out
 
@@ -276,11 +270,15 @@ class Planner:
                 return 0
             self.preempt(victim)
             preempted.append(victim)
+        self._add_blocks(seq, need)
+        return n
+
+    def _add_blocks(self, seq: Seq, need: int) -> None:
+        """`need` more blocks (available: the caller checked) at the end of seq's table."""
         new = [self.pool.allocate() for _ in range(max(0, need))]
         if new:
             self.kv.set_blocks(seq.slot, len(seq.blocks), new)
             seq.blocks += new
-        return n
 
     def _admit(self, budget: int, chunks: list) -> list[Seq]:
         """Admit waiting sequences that fit (see the module docstring); each gets its first

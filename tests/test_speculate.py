@@ -121,7 +121,7 @@ class WrongDrafts:
         self.verified_calls = []
         self.finished_seqs = []
 
-    def propose(self, seqs, caps, base_tokens, base_value, max_total):
+    def propose(self, seqs, caps, base_tokens, max_total):
         out = []
         for s, cap in zip(seqs, caps):
             right = expected(s.tokens, 4)
@@ -197,22 +197,22 @@ def test_the_controller_drafts_at_low_load_and_stops_at_saturation():
     on an AVX2-like curve (8 tokens ~4x one) only a draft accepted almost surely pays. Catches a
     controller that drafts a fixed length, ignores the measured costs or the acceptance."""
     good = [[0.9] * 8]
-    assert choose(good, 1, 1, curve(CHEAP), 100) == [8]
-    assert choose([[0.9] * 8] * 32, 32, 32, curve(SATURATED), 400) == [0] * 32
+    assert choose(good, 1, curve(CHEAP), 100) == [8]
+    assert choose([[0.9] * 8] * 32, 32, curve(SATURATED), 400) == [0] * 32
     # beside a prompt chunk, the chunk's tokens are work too: beside a short one, 15 draft
     # tokens for the decoding sequence are worth their cost; beside a 512-token one (where a
     # token costs as much as on a saturated curve) they are not
-    assert choose([[0.9] * 15], 21, 21, curve(CHEAP), 100)[0] >= 8
-    assert choose([[0.9] * 15], 513, 513, curve(CHEAP), 100)[0] <= 1
-    assert choose([[0.01] * 8], 1, 1, curve(CHEAP), 100) == [0]   # break-even: ~3%
-    assert choose([[0.3] * 8], 1, 1, curve(AVX2), 100) == [0]
-    assert sum(choose([[0.99] * 8], 1, 1, curve(AVX2), 100)) > 0
+    assert choose([[0.9] * 15], 21, curve(CHEAP), 100)[0] >= 8
+    assert choose([[0.9] * 15], 513, curve(CHEAP), 100)[0] <= 1
+    assert choose([[0.01] * 8], 1, curve(CHEAP), 100) == [0]   # break-even: ~3%
+    assert choose([[0.3] * 8], 1, curve(AVX2), 100) == [0]
+    assert sum(choose([[0.99] * 8], 1, curve(AVX2), 100)) > 0
     # at saturation with a fixed part: drafts go to the best-accepted sequences first
     mixed = [[0.95] * 4, [0.2] * 4]
-    ks = choose(mixed, 2, 2, curve(CHEAP), 100)
+    ks = choose(mixed, 2, curve(CHEAP), 100)
     assert ks[0] == 4 and ks[1] <= 1
     # the budget bounds the total
-    assert sum(choose([[0.9] * 8] * 4, 4, 4, curve(CHEAP), 5)) == 5
+    assert sum(choose([[0.9] * 8] * 4, 4, curve(CHEAP), 5)) == 5
 
 
 def test_the_step_cost_curve_is_robust_to_outliers_and_monotone():
@@ -298,7 +298,7 @@ class SamplingGen:
 class FixedDrafts(WrongDrafts):
     """Always the same draft: token 1, then 3, then 0 (whatever the model prefers)."""
 
-    def propose(self, seqs, caps, base_tokens, base_value, max_total):
+    def propose(self, seqs, caps, base_tokens, max_total):
         return [[1, 3, 0][:cap] for cap in caps]
 
 

@@ -140,11 +140,6 @@ class RequestProfile:
                 "batch": running / steps if steps else None,
                 "tpot_p95_s": percentile(tpots, 0.95) if tpots else None}
 
-    def throughput(self, seconds: float = 60.0, now: float | None = None) -> float:
-        """Sampled tokens per second over the last `seconds` (counted from every step)."""
-        now = time.monotonic() if now is None else now
-        return self.speed(now - seconds, now)["tok_s"]
-
     def tpot_p95(self) -> float:
         with self.lock:
             return percentile(self.tpot, 0.95)
@@ -170,5 +165,5 @@ class RequestProfile:
             "prompt_tokens": self.histogram(self.prompts),
             "output_tokens": self.histogram(self.outputs),
             "step_tokens": self.histogram(self.step_tokens),
-            "tpot_p95_s": round(self.tpot_p95(), 5),
+            "decode_step_p95_s": round(self.tpot_p95(), 5),   # decode-only steps
         }

@@ -336,8 +336,8 @@ class AdaptiveRuntime:
     def _snapshot(self, now: float) -> dict:
         """The minute before `now` (or since traffic started, when that is shorter)."""
         t0 = self.profile.t_traffic
-        start = now - 60.0 if t0 is None else max(now - 60.0, min(t0, now))
-        s = self.profile.speed(start, now) if now > start else self.profile.speed(now - 60, now)
+        start = t0 if t0 is not None and now - 60.0 < t0 < now else now - 60.0
+        s = self.profile.speed(start, now)
         s["prefix_hit"] = self._prefix_rates(now)[0]
         return s
 

@@ -3,7 +3,7 @@
 The planner (reame/planner.py) asks, once a step's decode tokens, prompt chunks and admissions
 are planned, which draft tokens each decoding sequence should add:
 
-    drafts = speculator.propose(seqs, caps, base_tokens, base_value, max_total)
+    drafts = speculator.propose(seqs, caps, base_tokens, max_total)
     ... the step computes [last token, *draft] for each, with a logits row for every position ...
     speculator.verified(seq, draft, accepted)      # after sampling, position by position
     speculator.step_done(n_tokens, seconds)        # the step's measured cost
@@ -85,11 +85,11 @@ class Speculator:
 
     # ---- the planner's calls (engine thread) ----
 
-    def propose(self, seqs, caps: list[int], base_tokens: int, base_value: float,
+    def propose(self, seqs, caps: list[int], base_tokens: int,
                 max_total: int) -> list[list[int]]:
         """Draft tokens for each decoding sequence (at most caps[i] for seqs[i], max_total in
         all); [] where the controller finds drafting loses."""
-        if not self._may_pay(len(seqs), base_tokens, base_value, max_total):
+        if not self._may_pay(len(seqs), base_tokens, max_total):
             return [[] for _ in seqs]
         offers, cands = [], []
         for seq, cap in zip(seqs, caps):
@@ -100,7 +100,7 @@ class Speculator:
                 offers.append([r * c for r, c in zip(rates, conf)])
             else:
                 offers.append([])
-        ks = choose(offers, base_tokens, base_value, self.cost, max_total)
+        ks = choose(offers, base_tokens, self.cost, max_total)
         # exploration, now and then: one draft token more than chosen (a declined draft gets
         # verified, a larger step gets measured), so that neither a class's acceptance nor a
         # step size is judged once for good
@@ -111,8 +111,7 @@ class Speculator:
                 ks[i] += 1
         return [d[:k] for d, k in zip(cands, ks)]
 
-    def _may_pay(self, n_seqs: int, base_tokens: int, base_value: float,
-                 max_total: int) -> bool:
+    def _may_pay(self, n_seqs: int, base_tokens: int, max_total: int) -> bool:
         """Whether drafts that were all accepted could beat this step without any (if not, as
         at saturation, no sequence is even looked up), but for one step in EXPLORE_EVERY * 4."""
         c = self.cost
@@ -121,10 +120,10 @@ class Speculator:
         self._checks += 1
         if self._checks % (EXPLORE_EVERY * 4) == 0:
             return True
-        rate = base_value / c(base_tokens)
+        rate = base_tokens / c(base_tokens)
         for per_seq in (1, 2, 4, 8, MAX_DRAFT):
             k = min(max_total, per_seq * n_seqs)
-            if (base_value + k) / c(base_tokens + k) > rate:
+            if (base_tokens + k) / c(base_tokens + k) > rate:
                 return True
         return False
 
@@ -211,8 +210,6 @@ class Speculator:
     def finished(self, seq) -> None:
         """seq is done: forget its state; its prompt and output join the global index."""
         st = self.states.pop(id(seq), None)
-        if st is None and not self.learn:
-            return
         out = seq.tokens[seq.n_prompt:]
         if self.learn and (out or st is not None):
             with self.lock:

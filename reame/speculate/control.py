@@ -172,11 +172,13 @@ class Acceptance:
             self.stats[(c, m)] = [[float(a), float(p)] for a, p in st]
 
 
-def choose(offers: list[list[float]], base_tokens: int, base_value: float, cost: StepCost,
+def choose(offers: list[list[float]], base_tokens: int, cost: StepCost,
            max_total: int) -> list[int]:
     """Draft tokens per offer. offers[i]: the conditional acceptance of sequence i's draft
-    tokens in order; base_tokens / base_value: the step's tokens and emitted tokens without
-    drafts; at most max_total draft tokens in all. Returns k_i <= len(offers[i])."""
+    tokens in order; base_tokens: the tokens the step computes without drafts, each worth one
+    (prompt tokens are work the server must do as much as decode tokens: valued at 0, drafts
+    beside a long prompt chunk would look free while they delay it); at most max_total draft
+    tokens in all. Returns k_i <= len(offers[i])."""
     ks = [0] * len(offers)
     if not offers or max_total <= 0 or not cost.known():
         return ks
@@ -191,8 +193,8 @@ def choose(offers: list[list[float]], base_tokens: int, base_value: float, cost:
         if j + 1 < len(offers[i]):
             nxt = surv * offers[i][j + 1]
             heapq.heappush(heap, (-nxt, i, j + 1, nxt))
-    best_k, best_rate = 0, base_value / cost(base_tokens)
-    value = base_value
+    best_k, best_rate = 0, base_tokens / cost(base_tokens)
+    value = float(base_tokens)
     for k, (_, gain) in enumerate(order, 1):
         value += gain
         rate = value / cost(base_tokens + k)

@@ -150,10 +150,9 @@ class TokenIndex:
 
     # ---- drafting ----
 
-    def candidates(self, ctx, limit: int = 4, exclude: int = -1) -> list[Candidate]:
+    def candidates(self, ctx, limit: int = 4) -> list[Candidate]:
         """Occurrences of ctx's last NGRAM tokens, best first (longest match, then most used),
-        at most `limit`; `exclude`: a position of a local document not to use (the context's
-        own end)."""
+        at most `limit` (a local document's own end is not indexed yet: no self-match)."""
         if len(ctx) < NGRAM:
             return []
         occ = self.index.get((ctx[-3] << 40) | (ctx[-2] << 20) | ctx[-1])
@@ -165,7 +164,7 @@ class TokenIndex:
         for packed in reversed(occ):                # most recent first
             d, p = packed >> 32, packed & 0xFFFFFFFF
             toks = self.docs[d]
-            if p >= len(toks) or (d, p) in seen or p == exclude:
+            if p >= len(toks) or (d, p) in seen:
                 continue
             seen.add((d, p))
             m = NGRAM

@@ -370,17 +370,21 @@ class Planner:
             row = logits[w.row]
             group = [seq] + self._fork(seq)
             for s in group:
-                try:
-                    step = s.gen.step(row)
-                except Exception as e:          # a sampling bug fails this sequence's request
-                    out.append(Outcome(s, error=e))
-                    continue
-                out.append(Outcome(s, step))
-                if step.finish_reason:
-                    self.finish(s)
-                else:
-                    s.tokens.append(step.token)
+                out.append(self._sample(s, row))
         return out
+
+    def _sample(self, s: Seq, row) -> Outcome:
+        """s samples its next token from a logits row: appended, or s finishes; a sampling
+        bug is an Outcome with the error (it fails this sequence's request)."""
+        try:
+            step = s.gen.step(row)
+        except Exception as e:
+            return Outcome(s, error=e)
+        if step.finish_reason:
+            self.finish(s)
+        else:
+            s.tokens.append(step.token)
+        return Outcome(s, step)
 
     def _verify(self, w: Work, logits) -> list[Outcome]:
         """Sample the positions of a verified draft in order, as plain decoding would, while
@@ -391,17 +395,11 @@ class Planner:
         seq, k = w.seq, len(w.draft)
         out, accepted = [], 0
         for i in range(k + 1):
-            try:
-                step = seq.gen.step(logits[w.row + i])
-            except Exception as e:              # a sampling bug fails this sequence's request
-                out.append(Outcome(seq, error=e))
+            o = self._sample(seq, logits[w.row + i])
+            out.append(o)
+            if o.error is not None or o.step.finish_reason:
                 break
-            out.append(Outcome(seq, step))
-            if step.finish_reason:
-                self.finish(seq)
-                break
-            seq.tokens.append(step.token)
-            if i == k or step.token != w.draft[i]:
+            if i == k or o.step.token != w.draft[i]:
                 break
             accepted += 1
         self.speculator.verified(seq, w.draft, accepted, len(out))

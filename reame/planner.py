@@ -77,6 +77,7 @@ class Seq:
         self.blocks: list[int] = []
         self.hashes: list[bytes] = []      # of the full blocks of tokens, as far as computed
         self.n_registered = 0              # leading blocks offered to the prefix cache
+        self.n_kept = 1 << 62              # output tokens its reader kept (a stop string)
         self.slot = -1
         self.state = WAITING
         self.siblings: list[Seq] = []

@@ -99,6 +99,8 @@ class Request:
         self.admitted = False           # its first prompt got KV blocks
         self.cancelled = False
         self.finished = False           # set by the engine thread when DONE is queued
+        self.closed: set[int] = set()   # choices the reader has whole (its thread's)
+        self._closing: list[tuple[int, int]] = []   # (choice, tokens kept) the engine must end
 
     @property
     def cached_tokens(self) -> int:
@@ -106,9 +108,23 @@ class Request:
         return sum(s.n_cached or 0 for s in self.leads)
 
     def cancel(self) -> None:
-        """Stop generating; the KV blocks are released at the next step boundary."""
-        if not self.cancelled and not self.finished:
+        """Stop generating; the KV blocks are released at the next step boundary. Nothing to
+        cancel once the reader has closed every choice."""
+        if not self.cancelled and not self.finished and len(self.closed) < len(self.seqs):
             self.cancelled = True
+            self._scheduler._wake()
+
+    def close(self, index: int, n_tokens: int, end: bool) -> None:
+        """The reader has all of choice `index`: its first `n_tokens` tokens. `end`: the
+        reader ended it (a stop string in its text, found on the request's thread) and the
+        engine must end it too, as "stop", at the next step boundary; tokens it sampled
+        meanwhile are dropped. (The engine may sample a token or two more than the text
+        needed: what vLLM's output processor costs as well.)"""
+        if index in self.closed:
+            return
+        self.closed.add(index)
+        if end and not self.finished:
+            self._closing.append((index, n_tokens))
             self._scheduler._wake()
 
     def events(self, poll: float = 0.5, idle=None) -> Iterator[Event]:
@@ -399,8 +415,13 @@ class Scheduler:
         return max(0.01, min([0.05] + [d - now for d in deadlines]))
 
     def _retire(self, now: float) -> None:
-        """End cancelled requests; time out waiting ones (503) and generating ones ("length")."""
+        """End the choices their readers ended (stop strings); end cancelled requests; time out
+        waiting ones (503) and generating ones ("length")."""
         for r in list(self._requests.values()):
+            if r._closing:
+                self._close(r)
+                if r.finished:
+                    continue
             if r.cancelled:
                 self._end_request(r)
             elif r.deadline and now >= r.deadline:
@@ -418,13 +439,25 @@ class Scheduler:
                         r.out.put(Event(s.index, None, now, finish_reason="length", text=text))
                 self._end_request(r)
 
+    def _close(self, r: Request) -> None:
+        """End the sequences whose reader found a stop string in their text."""
+        while r._closing:
+            index, n_tokens = r._closing.pop()
+            s = r.seqs[index]
+            if s.gen.finished or s.state == SEQ_DONE:
+                continue
+            s.gen.finish("stop")
+            s.n_kept = n_tokens
+            self.planner.finish(s)
+        self._maybe_done(r)
+
     # ---- bookkeeping (engine thread) ----
 
     def _maybe_done(self, r: Request) -> None:
         if all(s.gen.finished for s in r.seqs):
             if self.adaptive is not None:
                 for s in r.seqs:
-                    n = len(s.gen.output_ids)
+                    n = min(len(s.gen.output_ids), s.n_kept)
                     tpot = ((s.t_last - s.t_first) / (n - 1)
                             if n > 1 and s.t_first is not None else None)
                     self.adaptive.profile.finished(n, tpot, s.t_last)

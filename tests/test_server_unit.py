@@ -391,6 +391,81 @@ def test_stop(client, stories_expected):
     assert out["choices"][0]["text"] == text             # empty stop strings are ignored
 
 
+def test_stop_string_found_on_the_request_thread_ends_the_sequence(stories_model,
+                                                                   stories_expected,
+                                                                   monkeypatch):
+    """A stop string is found where the text is made, on the request's side, and the engine
+    ends the sequence at the next step boundary: the step that found it is the last to sample.
+    Driven step by step (the reader takes every event between two steps). Catches: text made
+    on the engine thread again (a decoder push there), a reader's stop that never reaches the
+    engine (the sequence runs on to max_tokens), tokens after the stop counted in the usage."""
+    from reame.server.responses import Job
+    from reame.server.schemas import parse_completion
+    from reame.server.service import ModelService
+    from reame.tokenizer import detokenize as detok
+
+    pushes, in_step = [], [False]
+    real_push = detok.IncrementalDecoder.push
+
+    def push(self, token):
+        pushes.append("engine step" if in_step[0] else "reader")
+        return real_push(self, token)
+
+    monkeypatch.setattr(detok.IncrementalDecoder, "push", push)
+    case = stories_expected["cases"][0]
+    text = case["greedy_text"]
+    tok = Tokenizer.from_metadata(stories_model.metadata)
+    want = text[:text.index("girl")]
+    # the tokens up to the one that completes the stop string
+    ids = case["greedy_tokens"]
+    k = next(i for i in range(1, len(ids) + 1) if "girl" in tok.decode(ids[:i]))
+    engine = new_engine(stories_model, 2)
+    svc = ModelService(engine, tok, ServerConfig(model=stories_model.path, max_seqs=2,
+                                                 adaptive="off"))
+    req = parse_completion({"prompt": case["prompt"], "max_tokens": 64, "temperature": 0,
+                            "stop": "girl"}, tok.n_vocab, 4)
+    job = Job(svc, req, svc.completion_prompts(req), None, "/v1/completions", 0.0)
+    sched, ch = svc.scheduler, job.choices[0]
+    seq = job.request.seqs[0]
+
+    real_step = sched.step
+
+    def step(now):
+        in_step[0] = True
+        try:
+            return real_step(now)
+        finally:
+            in_step[0] = False
+
+    sched.step = step
+
+    def drain():
+        while not job.request.out.empty():
+            ev = job.request.out.get()
+            if ev is not DONE:
+                job._apply(ev)
+
+    steps = 0
+    while ch.finish_reason is None:
+        assert sched.step(0.0)
+        steps += 1
+        drain()
+        assert steps < 64
+    assert ch.text == want and ch.finish_reason == "stop" and ch.n_tokens == k
+    assert len(seq.gen.output_ids) == k and not job.request.finished
+    sched.step(0.0)                                 # the boundary where the engine ends it
+    assert job.request.finished and seq.gen.finish_reason == "stop"
+    assert len(seq.gen.output_ids) == k             # nothing sampled past the stop
+    assert all_free(sched)
+    assert set(pushes) == {"reader"}                # no text made inside a step
+    # a token the engine sampled before it took note (a reader behind) is not part of it
+    from reame.generate import Step
+    from reame.sampling import Sampled
+    from reame.scheduler import Event
+    job._apply(Event(0, Step(ids[k], "", Sampled(ids[k])), 0.0))
+    assert ch.text == want and job.usage["completion_tokens"] == k
+
+
 def test_seed_reproducible_and_n_uses_consecutive_seeds(client):
     body = dict(prompt="Once upon a time", max_tokens=24, temperature=1.5, seed=1234)
     a = complete(client, **body)["choices"][0]["text"]

@@ -17,6 +17,7 @@ import uuid
 from typing import Callable, Iterator
 
 from .. import __version__
+from ..generate import TextStream
 from ..scheduler import EngineFailure, Event, RequestTimeout, SchedulerStopped
 from .metrics import Metrics
 from .schemas import APIError, GenerationRequest
@@ -74,9 +75,10 @@ def client_connected(environ) -> Callable[[], bool] | None:
 
 class _Choice:
     __slots__ = ("index", "parts", "n_tokens", "logprobs", "finish_reason", "t_last", "offset",
-                 "out")
+                 "out", "stream")
 
-    def __init__(self, index: int, prefix: str = ""):
+    def __init__(self, index: int, stream: TextStream, prefix: str = ""):
+        self.stream = stream                     # its tokens -> text, stop strings
         self.out = None                          # chat_output.ChatOutput: splits the text
         self.index = index
         self.parts: list[str] = [prefix] if prefix else []
@@ -108,12 +110,16 @@ class Job:
                 text = p if isinstance(p, str) else self.tok.decode(p, skip_special=True)
                 for j in range(req.n):
                     prefixes[i * req.n + j] = text
-        self.choices = [_Choice(k, prefixes[k]) for k in range(len(prefixes))]
+        # grammar, kept markers, reasoning and tool-call splitting (400 for a bad grammar)
+        plan = service.output_plan(req, prompts) if hasattr(service, "output_plan") else None
+        keep = frozenset(plan.keep) if plan is not None else frozenset()
+        # each choice's text is made here, on the request's thread (the engine thread only
+        # samples): detokenising, the kept control tokens, stop strings
+        self.choices = [_Choice(k, TextStream(self.tok, req.stop, keep), prefixes[k])
+                        for k in range(len(prefixes))]
         self.first_token_seen = False
         self.recorded = False
         self.stream_status = 499        # a stream's outcome: 499 until its last byte is taken
-        # grammar, kept markers, reasoning and tool-call splitting (400 for a bad grammar)
-        plan = service.output_plan(req, prompts) if hasattr(service, "output_plan") else None
         if self.chat and plan is not None and (plan.think or plan.tool_format is not None):
             from .chat_output import ChatOutput
             for ch in self.choices:
@@ -139,10 +145,15 @@ class Job:
             raise ClientGone()
 
     def events(self) -> Iterator[Event]:
+        """The request's events, until every choice has ended (a choice ended by a stop string
+        here ends without waiting for the engine to take note)."""
         if self._first is not None:
             first, self._first = self._first, None
             yield first
-        yield from self._events
+        for ev in self._events:
+            yield ev
+            if all(ch.finish_reason is not None for ch in self.choices):
+                return
 
     def cancel(self) -> None:
         self.request.cancel()
@@ -168,17 +179,23 @@ class Job:
     # ---- one event ----
 
     def _apply(self, ev: Event) -> tuple[_Choice, str, list]:
-        """Update the choice; return it, the text to emit and its new logprob entries."""
+        """Update the choice; return it, the text to emit and its new logprob entries. The
+        text is made here from the sampled token; a stop string in it ends the choice (and
+        the engine is told to end its sequence); tokens after that are not part of it."""
         ch = self.choices[ev.index]
+        if ch.finish_reason is not None:
+            return ch, "", []
         step = ev.step
         new_lp = []
-        text = ev.text
+        text = ""
+        finish = ev.finish_reason
         if step is not None:
             ch.n_tokens += 1
-            text = step.text
-            eog = step.token in self.tok.eog_ids and not self.req.ignore_eos and \
-                step.finish_reason == "stop"
-            if self.req.logprobs and not eog and step.sampled.logprob is not None:
+            if step.appended:
+                text = ch.stream.push(step.token)
+                if ch.stream.stopped:
+                    finish = "stop"
+            if self.req.logprobs and step.appended and step.sampled.logprob is not None:
                 entry = (step.token, step.sampled.logprob, step.sampled.top_logprobs)
                 ch.logprobs.append(entry)
                 new_lp.append(entry)
@@ -190,10 +207,12 @@ class Job:
                     self.metrics.observe("reame_time_per_output_token_seconds", ev.t - ch.t_last)
             self.first_token_seen = True
             ch.t_last = ev.t
+        if finish:
+            text += ch.stream.flush()
+            ch.finish_reason = finish
+            self.request.close(ch.index, ch.n_tokens, end=finish != ev.finish_reason)
         if text:
             ch.parts.append(text)
-        if ev.finish_reason:
-            ch.finish_reason = ev.finish_reason
         return ch, text, new_lp
 
     # ---- logprob shapes ----
@@ -313,25 +332,29 @@ class Job:
                     status = err.status
                     yield b"data: " + json.dumps(err.body()).encode() + b"\n\n"
                     break
+                was_open = self.choices[ev.index].finish_reason is None
                 ch, text, lp = self._apply(ev)
+                if not was_open:                      # it ended already: a later token
+                    continue
+                finish = ch.finish_reason
                 if ch.out is not None:                # reasoning / tool calls split apart
                     deltas = ch.out.feed(text)
-                    if ev.finish_reason:
+                    if finish:
                         deltas += ch.out.finish()
                     for i, d in enumerate(deltas):
                         yield self._chunk([self._delta_chunk(ch, d, lp if i == 0 else [])])
                     if lp and not deltas:
                         yield self._chunk([self._delta_chunk(ch, {}, lp)])
-                    if ev.finish_reason:
-                        reason = ev.finish_reason
+                    if finish:
+                        reason = finish
                         if ch.out.calls and reason == "stop":
                             reason = "tool_calls"
                         yield self._chunk([self._delta_chunk(ch, {}, [], reason)])
                     continue
                 if text or lp:
                     yield self._chunk([self._choice_chunk(ch, text, lp, None)])
-                if ev.finish_reason:
-                    yield self._chunk([self._choice_chunk(ch, None, [], ev.finish_reason)])
+                if finish:
+                    yield self._chunk([self._choice_chunk(ch, None, [], finish)])
             if self.req.include_usage:
                 yield self._chunk([], usage=True)
             yield b"data: [DONE]\n\n"

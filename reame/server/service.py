@@ -258,10 +258,9 @@ class ModelService:
                 else:
                     p = replace(p)
                 gens.append(Generation(
-                    self.tok, ids, p, max_tokens=req.max_tokens, stop=list(req.stop),
-                    n_ctx=self.n_ctx, ignore_eos=req.ignore_eos,
-                    constraint=Constraint(plan.grammar, self.tok) if plan.grammar else None,
-                    keep_special=frozenset(plan.keep)))
+                    self.tok, ids, p, max_tokens=req.max_tokens, n_ctx=self.n_ctx,
+                    ignore_eos=req.ignore_eos, detokenize=False,
+                    constraint=Constraint(plan.grammar, self.tok) if plan.grammar else None))
                 k += 1
             out.append(gens)
         return out

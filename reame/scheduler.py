@@ -307,9 +307,13 @@ class Scheduler:
                     if self._stop:
                         break
                     self._take_inbox()
-                    if not self._requests:
+                    idle = not self._requests
+                    if idle and not getattr(self.adaptive, "idle_pending", False):
                         self._cond.wait(timeout=1.0)
                         continue
+                if idle:        # one step of the adaptive runtime's start-up benchmark, off the
+                    self.adaptive.idle_step()   # lock; then the inbox again, before any wait
+                    continue
                 try:
                     self.step(time.monotonic())
                 except Exception as e:              # a bug: fail the requests in flight, go on

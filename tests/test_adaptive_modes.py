@@ -52,8 +52,8 @@ def test_off_is_static_and_frozen_runs_the_saved_strategy(stories_model, tmp_pat
     empty one, run the same kernels (the built-in defaults) and explore nothing at start, even
     with a start-up benchmark configured; --adaptive frozen over the learned directory and
     --strategy FILE over an empty one run the learned choice, explore nothing, and neither
-    overwrites the file. Catches an off that loads a saved strategy or runs the start-up
-    benchmark, or a frozen that does not load."""
+    overwrites the file. Catches an off that loads a saved strategy or runs (or plans, for the
+    engine thread's idle time) the start-up benchmark, or a frozen that does not load."""
     path, cls, other = learned_strategy(stories_model, tmp_path / "learned")
     saved = path.read_text()
     runs = {}
@@ -66,6 +66,9 @@ def test_off_is_static_and_frozen_runs_the_saved_strategy(stories_model, tmp_pat
         try:
             runs[name] = (live_kernels(eng), svc.adaptive.tuner.tried, svc.adaptive.loaded,
                           svc.adaptive.frozen)
+            # no start-up benchmark planned either (it would run in the engine thread's idle
+            # time, after start() returned)
+            assert svc.adaptive.report()["startup_benchmark"] == {"state": "none"}, name
         finally:
             svc.stop()
     assert runs["off-learned"][0] == runs["off-empty"][0]

@@ -2,6 +2,7 @@
 
     runtime = AdaptiveRuntime(engine, params, enabled=True)
     ... each step:  runtime.before_step(plan);  engine.forward(...);  runtime.after_step(plan, t)
+    ... while no request is in the scheduler:  runtime.idle_step()  (the start-up benchmark)
 
 It owns the kernel tuner (tuner.py: online A/B of kernel variants through the dispatch table),
 the batch tuner (batching.py: how many sequences run at once while requests wait), the request
@@ -57,6 +58,12 @@ class AdaptiveRuntime:
         self.saved_prefixes: list[list[int]] = []     # loaded: to compute again at start
         self.speculator = None           # reame.speculate.Speculator: reported, saved, loaded
         self._lock = threading.Lock()
+        # the start-up benchmark (schedule_boot): none (not planned), pending, running, done,
+        # failed; its budget and the engine seconds and steps it has run
+        self.boot_state = "none"
+        self.boot_budget = self.boot_spent = 0.0
+        self.boot_steps = 0
+        self._boot_t0 = self._boot_t1 = None
         # the running batch: tuned between the starting limit and the engine's KV slots
         self.batch = BatchTuner(params, engine.kv.max_seqs, tpot_limit=tpot_limit,
                                 **(batch_options or {}))
@@ -106,53 +113,169 @@ class AdaptiveRuntime:
             return
         log.info("speculation: %d documents of earlier traffic loaded from %s", n, sp)
 
-    def boot(self, seconds: float, progress=None) -> dict:
-        """The start-up micro-benchmark: before serving, run synthetic decode steps of the
-        model's own shapes (one token per sequence at short contexts, in the programs of
-        1, 4 and 8 tokens) with the tuner exploring on every step, for at most `seconds`.
-        Its choices are the starting point (and all that `--adaptive off` runs). Returns the
-        tuner's counts; `progress(done_fraction)` is called as it goes."""
-        if self.tuner is None or seconds <= 0:
-            return {}
-        import numpy as np
+    # ---- the start-up benchmark: on the engine thread, while it is idle ----
 
-        from ..batch import Batch
-        t = self.tuner
-        saved = (t.explore_share, t.frozen, t.confirm_after)
-        t.explore_share, t.frozen, t.confirm_after = 1.0, False, 10**9   # every step explores
+    def schedule_boot(self, seconds: float) -> bool:
+        """Plan the start-up micro-benchmark: `seconds` of synthetic decode steps of the
+        model's own shapes (one token per sequence at short contexts, in the programs of 1, 4
+        and 8 tokens), each exploring a kernel candidate. Nothing runs here: the scheduler's
+        idle path calls idle_step(), one step at a time, whenever no request is in the
+        scheduler, so the server answers from its first second on the default kernels and the
+        benchmark fills the idle time after. The budget counts the engine time of its own
+        steps (a server busy from its start still gets all of it, later). False when there is
+        nothing to run (no kernel tuner, 0 s, or a disabled runtime: --adaptive off and frozen
+        run no benchmark)."""
+        if self.tuner is None or seconds <= 0 or not self.enabled:
+            return False
         eng = self.engine
-        sizes = [b for b in (1, 4, 8) if b <= eng.kv.max_seqs and b in eng.programs] or [1]
-        rng = np.random.default_rng(0)
-        t0 = time.monotonic()
-        end = t0 + seconds
-        step = 0
+        pool = self.pool.n_blocks if self.pool is not None else eng.kv.n_blocks
+        self._boot_sizes = [b for b in (1, 4, 8) if b <= min(eng.kv.max_seqs, pool)
+                            and b in eng.programs] or [1]
+        import numpy as np
+        self._boot_rng = np.random.default_rng(0)
+        t = self.tuner
+        self._boot_counts = (t.tried, t.promoted, t.refused)
+        self.boot_budget, self.boot_spent, self.boot_steps = float(seconds), 0.0, 0
+        self.boot_state = "pending"
+        self._boot_t0 = self._boot_t1 = None
+        self._boot_logged = 0
+        log.info("adaptive: start-up benchmark: %.1f s of synthetic decode steps, run in the "
+                 "background while the engine is idle (serving on the default kernels "
+                 "meanwhile)", self.boot_budget)
+        return True
+
+    @property
+    def idle_pending(self) -> bool:
+        """Whether idle_step() has a step to run (the scheduler does not sleep while so). A
+        frozen runtime (POST /v1/adaptive/freeze) pauses the benchmark."""
+        return (self.boot_state in ("pending", "running") and self.tuner is not None
+                and not self.tuner.frozen)
+
+    def idle_step(self) -> bool:
+        """One step of the start-up benchmark, if one is due; True when it ran one. Only for
+        the engine thread when no request is in the scheduler (its blocks and slots are free):
+        a request that arrives meanwhile waits this one step, a few milliseconds, at most."""
+        if not self.idle_pending:
+            return False
         try:
-            while time.monotonic() < end:
-                n = sizes[(step // 64) % len(sizes)]            # stay a while in each program
-                batch = Batch.decode(rng.integers(0, eng.config.n_vocab, n),
-                                     [16 + step % 48] * n, list(range(n)))
-                label = str(eng._bucket_of[n])
-                timed = t.before_step(label)
-                before = None
-                if timed:
-                    eng.time_next = True
-                    slots = t.timed_slots()
-                    before = float(eng.table.stats[slots, 1].sum()) if slots is not None else 0.0
-                eng.forward(batch)
-                t.after_step(label, n, timed, before)
-                step += 1
-                if progress is not None and step % 32 == 0:
-                    progress(min(1.0, (time.monotonic() - t0) / seconds))
-            t._end_trial(None)                                   # an unfinished trial: undone
-            eng.table.commit()
+            self._boot_step()
+        except Exception:                    # a failing step must not stop the engine thread
+            log.exception("adaptive: start-up benchmark step failed: benchmark abandoned")
+            self._boot_finish("failed")
+        return True
+
+    def _boot_step(self) -> None:
+        from ..batch import Batch
+        t, eng = self.tuner, self.engine
+        now = time.monotonic()
+        if self.boot_state == "pending":
+            self.boot_state, self._boot_t0 = "running", now
+        step = self.boot_steps
+        sizes = self._boot_sizes
+        n = sizes[(step // 64) % len(sizes)]                 # stay a while in each program
+        pos = min(16 + step % 48, eng.kv.n_ctx - 1)
+        batch = Batch.decode(self._boot_rng.integers(0, eng.config.n_vocab, n), [pos] * n,
+                             list(range(n)))
+        label = str(eng._bucket_of[n])
+        undo = self._scratch_blocks(n, pos)
+        # every synthetic step explores (no request pays for it); the steps of requests keep
+        # the online share, and every trial keeps the online rules (the jitter budget ends a
+        # candidate three pairs in a row over it, confirmation, rollback)
+        share, t.explore_share = t.explore_share, 1.0
+        try:
+            timed = t.before_step(label)
+            before = None
+            if timed:
+                eng.time_next = True
+                slots = t.timed_slots()
+                before = float(eng.table.stats[slots, 1].sum()) if slots is not None else 0.0
+            eng.forward(batch)
+            t.after_step(label, n, timed, before)
         finally:
-            t.explore_share, t.frozen, t.confirm_after = saved
+            t.explore_share = share
+            if undo is not None:
+                undo()
+        self.boot_spent += time.monotonic() - now
+        self.boot_steps += 1
+        quarter = int(4 * self.boot_spent / self.boot_budget)
+        if self.boot_spent >= self.boot_budget:
+            self._boot_finish("done")
+        elif quarter > self._boot_logged:
+            self._boot_logged = quarter
+            log.info("adaptive: start-up benchmark: %d%% (%.1f of %.1f s, %d steps)",
+                     25 * quarter, self.boot_spent, self.boot_budget, self.boot_steps)
+
+    def _scratch_blocks(self, n: int, pos: int):
+        """Point the block-table rows of the synthetic sequences (slots 0..n-1, positions up to
+        `pos`) at a block of their own each, taken from the scheduler's pool for this step:
+        the rows still list the blocks of finished requests, which the prefix cache keeps, and
+        a synthetic key written there would corrupt a later hit. Returns what undoes it (None
+        before the scheduler exists: then nobody else uses the cache)."""
+        pool, kv = self.pool, self.engine.kv
+        if pool is None:
+            return None
+        k = pos // kv.block_size + 1
+        rows = kv.tables[:n, :k].copy()
+        blocks = []
+        try:
+            for _ in range(n):
+                # a free block (no request holds one now), else the prefix cache's least
+                # recently used (evicted): n at most over the whole benchmark, since the blocks
+                # come back free
+                blocks.append(pool.allocate())
+        except IndexError:
+            for b in blocks:
+                pool.release(b)
+            raise
+        for s, b in enumerate(blocks):
+            kv.tables[s, :k] = b
+
+        def undo():
+            kv.tables[:n, :k] = rows
+            for b in blocks:
+                pool.release(b)                  # uncached: back to the free list
+        return undo
+
+    def _boot_finish(self, state: str) -> None:
+        t = self.tuner
+        t._end_trial(None)                     # a trial left half-way: undone (a trial of a
+        self.boot_state = state                # synthetic program would stall online tuning)
+        self._boot_t1 = time.monotonic()
+        out = self.boot_report()
+        log.info("adaptive: start-up benchmark %s: %s", state, out)
+
+    def boot_report(self) -> dict:
+        """The start-up benchmark's state for the report: pending (planned, not started),
+        running, done, failed, or none (not planned: a saved strategy was loaded, --adaptive
+        off or frozen, or --adaptive-boot 0)."""
+        out = {"state": self.boot_state}
+        if self.boot_state == "none":
+            return out
+        t = self.tuner
+        c0 = self._boot_counts
+        end = self._boot_t1 or time.monotonic()
+        out.update({"budget_s": round(self.boot_budget, 2),
+                    "spent_s": round(self.boot_spent, 3),
+                    "done_share": round(min(1.0, self.boot_spent / self.boot_budget), 4),
+                    "steps": self.boot_steps,
+                    "wall_s": round(end - self._boot_t0, 2) if self._boot_t0 else 0.0,
+                    "tried": t.tried - c0[0], "promoted": t.promoted - c0[1],
+                    "refused": t.refused - c0[2]})
+        return out
+
+    def boot(self, seconds: float, progress=None) -> dict:
+        """The whole start-up benchmark now, blocking (tools and tests; the server runs it
+        step by step while idle: schedule_boot). Returns its report; `progress(done_fraction)`
+        is called as it goes."""
+        if not self.schedule_boot(seconds):
+            return {}
+        while self.idle_step():
+            if progress is not None and self.boot_steps % 32 == 0:
+                progress(min(1.0, self.boot_spent / self.boot_budget))
+        self.engine.table.commit()
         if progress is not None:
             progress(1.0)
-        out = {"seconds": round(time.monotonic() - t0, 2), "steps": step,
-               "tried": t.tried, "promoted": t.promoted, "refused": t.refused}
-        log.info("adaptive: start-up benchmark: %s", out)
-        return out
+        return self.boot_report()
 
     def _load_params(self, saved: dict) -> None:
         """Saved scheduler parameters, within this server's limits: a batch between its
@@ -388,6 +511,7 @@ class AdaptiveRuntime:
                "prefix_cache": self._prefix_report(now, first),
                "strategy_file": str(self.path) if self.path else None,
                "loaded_choices": self.loaded,
+               "startup_benchmark": self.boot_report(),
                "hot_prefixes": [{"tokens": len(t), "found": c} for c, t in
                                 sorted(self.prefixes.values(), key=lambda e: -e[0])[:4]],
                "batch": self.batch.report()}
@@ -446,4 +570,12 @@ class AdaptiveRuntime:
                 f"exploring {k.get('exploration_share', 0):.0%} of steps; "
                 f"batch {r['batch']['max_batch']} (started at {r['batch']['start']})"
                 + self._speculation_words(r.get("speculation"))
+                + self._boot_words(r["startup_benchmark"])
                 + (" (frozen)" if r["frozen"] else ""))
+
+    @staticmethod
+    def _boot_words(b: dict) -> str:
+        if b["state"] not in ("pending", "running"):
+            return ""
+        return (f"; start-up benchmark {b['state']} in idle time ({b['done_share']:.0%} of "
+                f"{b['budget_s']:g} s)")

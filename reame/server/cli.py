@@ -95,7 +95,8 @@ def add_serve_command(subparsers) -> None:
                    help="where learned strategies are saved, per CPU, model and version "
                         "(default: $REAME_ADAPTIVE_DIR or ~/.cache/reame/adaptive)")
     p.add_argument("--adaptive-boot", type=float, default=None, metavar="SEC",
-                   help="seconds of start-up micro-benchmark before serving, 0: none "
+                   help="seconds of start-up kernel micro-benchmark (--adaptive on, no saved "
+                        "strategy), run while the engine is idle, after serving starts; 0: none "
                         "(default: $REAME_ADAPTIVE_BOOT or 10)")
     p.add_argument("--adaptive-report", type=float, default=None, metavar="SEC",
                    help="seconds between the adaptive runtime's report lines, 0: none "

@@ -107,17 +107,16 @@ class ModelService:
 
     def start(self) -> "ModelService":
         """Before serving, by --adaptive: on, the saved strategy for this CPU, model and version
-        if there is one, else the start-up micro-benchmark (time-boxed); frozen, the saved
-        strategy (or --strategy FILE), unchanged; off, nothing: the built-in defaults. Then the
-        engine thread."""
+        if there is one, else the start-up micro-benchmark is planned (time-boxed; the engine
+        thread runs it a step at a time while no request is there, so the server answers as
+        soon as its kernels are compiled, on the defaults); frozen, the saved strategy (or
+        --strategy FILE), unchanged; off, nothing: the built-in defaults. Then the engine
+        thread."""
         a = self.adaptive
         mode = self.config.adaptive_mode
         if a is not None and mode == "on":
             if a.load() is None and self.config.adaptive_boot > 0:
-                from .. import progress
-                with progress.task("start-up kernel benchmark", total=100, unit="%") as t:
-                    a.boot(self.config.adaptive_boot,
-                           progress=lambda f: t.update(int(f * 100) - t.done))
+                a.schedule_boot(self.config.adaptive_boot)
         elif a is not None and mode == "frozen":
             if self.speculator is not None:      # drafts from what was learned, adds nothing
                 self.speculator.learn = False
@@ -257,6 +256,8 @@ class ModelService:
                     p = replace(p, seed=(p.seed + k) % 2**64)
                 else:
                     p = replace(p)
+                # no text on the engine thread: the request's Job makes it (and finds the
+                # stop strings) from the tokens, reame/server/responses.py
                 gens.append(Generation(
                     self.tok, ids, p, max_tokens=req.max_tokens, n_ctx=self.n_ctx,
                     ignore_eos=req.ignore_eos, detokenize=False,

@@ -351,6 +351,7 @@ class Planner:
         row w.row), fork siblings, finish and free. Returns what each sampled sequence did.
         `hidden(lo, hi)`: the final hidden states of batch tokens lo..hi-1 (embeddings)."""
         out = []
+        drawn = self._sample_plain(plan, logits)
         for w in plan.work:
             seq = w.seq
             if seq.state != RUNNING:            # aborted meanwhile
@@ -371,14 +372,39 @@ class Planner:
             row = logits[w.row]
             group = [seq] + self._fork(seq)
             for s in group:
-                out.append(self._sample(s, row))
+                out.append(self._sample(s, row, drawn.get(id(s))))
         return out
 
-    def _sample(self, s: Seq, row) -> Outcome:
-        """s samples its next token from a logits row: appended, or s finishes; a sampling
-        bug is an Outcome with the error (it fails this sequence's request)."""
+    @staticmethod
+    def _sample_plain(plan: StepPlan, logits) -> dict:
+        """The tokens of the step's sequences that sample with nothing but a temperature (no
+        grammar, penalty, truncation or logprobs), drawn at once (sampling.sample_rows: the
+        tokens their own samplers would draw one by one): id(seq) -> Sampled. Drafts are
+        verified position by position, forked choices sample their first token alone."""
+        from .sampling import sample_rows
+        seqs, rows = [], []
+        for w in plan.work:
+            s = w.seq
+            sampler = getattr(s.gen, "sampler", None)       # (a Generation's; fakes have none)
+            if (w.row >= 0 and not w.draft and s.state == RUNNING and s.pooling is None
+                    and sampler is not None and sampler.plain and s.gen.constraint is None
+                    and not s.gen.finished):
+                seqs.append(s)
+                rows.append(logits[w.row])
+        if len(seqs) < 2:
+            return {}
         try:
-            step = s.gen.step(row)
+            drawn = sample_rows([s.gen.sampler for s in seqs], rows)
+        except Exception:   # (none known) sampled one by one, so that the error is that
+            return {}       # sequence's request's alone
+        return {id(s): d for s, d in zip(seqs, drawn)}
+
+    def _sample(self, s: Seq, row, drawn=None) -> Outcome:
+        """s samples its next token from a logits row (or advances with `drawn`, the token
+        already drawn from it): appended, or s finishes; a sampling bug is an Outcome with
+        the error (it fails this sequence's request)."""
+        try:
+            step = s.gen.step(row) if drawn is None else s.gen.step(row, drawn)
         except Exception as e:
             return Outcome(s, error=e)
         if step.finish_reason:

@@ -9,6 +9,11 @@ OpenAI and vLLM report them.
 
 Nothing here sorts the whole vocabulary: top-k uses `argpartition`, top-p grows a partial sort
 until the kept mass reaches p, min-p is a threshold.
+
+`sample_rows` samples many sequences' rows of one step at once where nothing but the temperature
+applies (the common case of a busy server): the same arithmetic per row as `Sampler.sample`, so
+the same tokens, with the rows split between the calling thread and one more (numpy releases the
+GIL in its loops; the engine's compute threads are idle while the step's logits are sampled).
 """
 
 from __future__ import annotations
@@ -78,7 +83,7 @@ def draw(w: np.ndarray, u: float) -> int:
     two levels (block sums, then one block), since a cumulative sum over a whole 152k-token
     vocabulary costs more than a millisecond."""
     starts = np.arange(0, len(w), CDF_BLOCK)
-    blocks = np.cumsum(np.add.reduceat(w, starts, dtype=np.float64))
+    blocks = np.cumsum(_block_sums(w, starts))
     target = u * blocks[-1]
     b = min(int(np.searchsorted(blocks, target, side="right")), len(blocks) - 1)
     if b > 0:
@@ -90,6 +95,31 @@ def draw(w: np.ndarray, u: float) -> int:
     return int(starts[b] + j)
 
 
+def _block_sums(w: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """The sum of each CDF_BLOCK-long block of w (the last one may be shorter), in float64:
+    the whole blocks summed pairwise in float32 over a reshaped view (a few times faster than
+    a float64 reduceat; the relative error of a 1024-term pairwise sum of weights <= 1 is
+    ~1e-6, the probabilities' own float32 precision), the tail block alone."""
+    n = len(w) // CDF_BLOCK
+    head = np.add.reduce(w[:n * CDF_BLOCK].reshape(n, CDF_BLOCK), axis=1).astype(np.float64)
+    if n == len(starts):
+        return head
+    return np.concatenate([head, [np.add.reduce(w[n * CDF_BLOCK:], dtype=np.float64)]])
+
+
+def _weights(x: np.ndarray, temperature: float, out: np.ndarray | None = None) -> np.ndarray:
+    """exp((x - max x) / T), each exponent clamped at -80 (no subnormals: ~10x slower; the
+    clamp only runs when the smallest exponent needs it), in place in `out` (a float32
+    buffer of x's length) when given."""
+    hi, lo = x.max(), x.min()
+    inv = np.float32(1.0 / temperature)
+    z = np.subtract(x, hi, out=out)
+    z *= inv
+    if not (lo - hi) * inv >= np.float32(-80.0):         # NaN included: clamp
+        np.maximum(z, np.float32(-80.0), out=z)
+    return np.exp(z, out=z)
+
+
 class Sampler:
     """Per-request sampler: holds the RNG and the counts the penalties need."""
 
@@ -98,6 +128,16 @@ class Sampler:
         self.rng = np.random.default_rng(params.seed)
         self.history: list[int] = list(prompt_ids)   # prompt + output, for the repetition penalty
         self.output_counts: Counter[int] = Counter()  # output only, for presence/frequency
+
+    @property
+    def plain(self) -> bool:
+        """Nothing but the temperature shapes the choice (no bias, penalty, truncation or
+        logprobs): `sample_rows` may sample it with others."""
+        p = self.p
+        return (not p.logit_bias and (p.repetition_penalty == 1.0 or p.penalty_last_n == 0)
+                and not p.presence_penalty and not p.frequency_penalty and p.top_k == 0
+                and p.top_p >= 1.0 and p.min_p <= 0.0 and not p.logprobs
+                and (p.temperature == 0.0 or p.temperature >= 1e-30))
 
     def accept(self, token: int) -> None:
         self.history.append(token)
@@ -181,8 +221,7 @@ class Sampler:
             i = int(np.argmax(logits))
             return i if cand is None else int(cand[i])
         with np.errstate(over="ignore", under="ignore", invalid="ignore"):
-            z = (logits - logits.max()) * np.float32(1.0 / p.temperature)
-            w = np.exp(np.maximum(z, np.float32(-80.0), out=z))   # no subnormals: ~10x slower
+            w = _weights(logits, p.temperature)
         if blocked is not None:                 # top-k may have kept -inf logits, nothing else
             if cand is None:
                 w[blocked] = 0.0
@@ -204,3 +243,47 @@ class Sampler:
                 keep = part[:min(n, k)]
                 return cand[keep], logits[keep], probs[keep]
             k = min(k * 4, len(probs))
+
+
+def _plain_token(sampler: Sampler, row: np.ndarray, buf: np.ndarray) -> int:
+    """What `Sampler.sample` draws from `row` for a plain sampler (the same arithmetic), with
+    `buf` as scratch."""
+    t = sampler.p.temperature
+    x = np.asarray(row, dtype=np.float32)
+    if t == 0.0:
+        return int(np.argmax(x))
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        w = _weights(x, t, out=buf)
+    return draw(w, sampler.rng.random())
+
+
+_POOL = None
+
+
+def sample_rows(samplers: list[Sampler], rows: list[np.ndarray]) -> list[Sampled]:
+    """Sample plain samplers (`Sampler.plain`) from their rows at once: the tokens
+    `Sampler.sample` would draw one by one, the second half of the rows on another thread."""
+    global _POOL
+    n = len(samplers)
+    tokens = [0] * n
+
+    def run(lo: int, hi: int) -> None:
+        buf = np.empty(len(rows[lo]) if hi > lo else 0, np.float32)
+        for i in range(lo, hi):
+            tokens[i] = _plain_token(samplers[i], rows[i], buf)
+
+    half = n // 2
+    if n >= 4 and sum(s.p.temperature > 0 for s in samplers) >= 4:
+        if _POOL is None:
+            from concurrent.futures import ThreadPoolExecutor
+            _POOL = ThreadPoolExecutor(1, thread_name_prefix="reame-sample")
+        other = _POOL.submit(run, half, n)
+        run(0, half)
+        other.result()
+    else:
+        run(0, n)
+    out = []
+    for s, tok in zip(samplers, tokens):
+        s.accept(tok)
+        out.append(Sampled(tok))
+    return out

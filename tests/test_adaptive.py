@@ -9,6 +9,7 @@ import ctypes
 import json
 import math
 import random
+import sys
 import time
 from types import SimpleNamespace
 
@@ -544,3 +545,55 @@ def test_hot_prefixes_are_saved_and_computed_again_at_start(model, tmp_path):
     rt.path.write_text(json.dumps({**body, "prefixes": [[-1]]}))   # nonsense: ignored
     assert AdaptiveRuntime(engine(model), SchedulerParams(max_batch=4),
                            state_dir=tmp_path).load() is None
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread nice is Linux's")
+def test_candidate_builds_run_at_the_lowest_priority_without_renicing_the_server():
+    """The tuner's build-and-check thread runs at nice 19, the server's other threads keep
+    theirs. Catches a build thread competing with the step's threads at equal priority, and
+    a nice that lands on the whole process (PRIO_PROCESS with the pid)."""
+    import os
+    import threading
+
+    from reame.adaptive.tuner import background_priority
+    seen = {}
+
+    def work():
+        background_priority()
+        seen["build"] = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+    before = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    t = threading.Thread(target=work)
+    t.start()
+    t.join()
+    assert seen["build"] == 19
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == before < 19
+    assert os.getpriority(os.PRIO_PROCESS, 0) == before
+
+    # and the tuner's own build thread calls it before building
+    from types import SimpleNamespace
+
+    import reame.adaptive.tuner as tuner_mod
+    done = threading.Event()
+
+    def build(spec, isa):
+        seen["tuner"] = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+        done.set()
+        raise RuntimeError("not built: the test only looks at the thread")
+
+    tuner = tuner_mod.KernelTuner.__new__(tuner_mod.KernelTuner)
+    tuner.table = SimpleNamespace(slots=[SimpleNamespace(kernel=None)])
+    tuner.engine = SimpleNamespace(kernels={}, isa=None)
+    cls = SimpleNamespace(slots=[0], tried={})
+    orig = tuner_mod.build
+    tuner_mod.build = build
+    try:
+        class Spec:                                     # hashable, as KernelSpecs are
+            def label(self):
+                return "fake"
+
+        tuner._build_async(cls, Spec())
+        assert done.wait(30)
+    finally:
+        tuner_mod.build = orig
+    assert seen["tuner"] == 19

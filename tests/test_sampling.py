@@ -114,6 +114,62 @@ def test_temperature_matches_softmax_distribution(temperature):
         assert chi_square(counts, softmax(x)) > 10 * CHI2_BOUND
 
 
+def test_temperature_over_many_cdf_blocks_matches_softmax():
+    """A vocabulary of several inverse-CDF blocks and a ragged tail (qwen2's 151,936 tokens are
+    148 blocks + 384): 8 likely tokens placed in different blocks, at block edges and in the
+    tail, the rest unlikely; a mass of ~3% spread over the others. Catches a draw that picks
+    the wrong block or offset (off by one at an edge), or block sums that lose the tail."""
+    from reame.sampling import CDF_BLOCK
+    n = 5 * CDF_BLOCK + 300
+    x = np.full(n, -4.0, dtype=np.float32)
+    hot = [0, CDF_BLOCK - 1, CDF_BLOCK, 2 * CDF_BLOCK + 17, 4 * CDF_BLOCK - 1,
+           5 * CDF_BLOCK, n - 2, n - 1]
+    x[hot] = np.array([3.0, 2.5, 2.2, 2.0, 1.8, 1.5, 1.2, 1.0], dtype=np.float32)
+    t = 0.8
+    toks = draws(SamplingParams(temperature=t, seed=11), x, 20000)
+    p_all = softmax(x / t)
+    cells = np.array([np.sum(toks == h) for h in hot] + [np.sum(~np.isin(toks, hot))])
+    probs = np.append(p_all[hot], 1.0 - p_all[hot].sum())
+    assert chi_square(cells, probs) < 30.0, (cells, probs * 20000)     # 8 dof: P ~ 2e-4
+
+
+def test_sample_rows_draws_what_each_sampler_would():
+    """sample_rows (many sequences' rows at once, half on another thread) draws for each
+    sampler the token its own Sampler.sample would, round after round, and records it in the
+    sampler's history. Catches a shared or reordered random stream, rows swapped between the
+    two threads, a missing accept, a greedy row sampled."""
+    from reame.sampling import sample_rows
+    rng = np.random.default_rng(3)
+    v = 151936
+    params = [dict(temperature=0.7, seed=1), dict(temperature=0.0), dict(temperature=1.3, seed=2),
+              dict(temperature=0.7, seed=3), dict(temperature=0.05, seed=4),
+              dict(temperature=1.0, seed=5), dict(temperature=2.0, seed=6)]
+    a = [Sampler(SamplingParams(**p)) for p in params]
+    b = [Sampler(SamplingParams(**p)) for p in params]
+    assert all(s.plain for s in a)
+    for rnd in range(4):
+        rows = (rng.standard_normal((len(params), v)) * 3).astype(np.float32)
+        rows[1, 1000 * rnd + 5] = 40.0                  # the greedy row's pick
+        rows[4, :50000] -= 200.0                        # exponents far below the clamp
+        want = [s.sample(r).token for s, r in zip(a, rows)]
+        got = [d.token for d in sample_rows(b, list(rows))]
+        assert got == want
+        assert got[1] == 1000 * rnd + 5
+    assert [s.history for s in a] == [s.history for s in b]
+    assert len(set(want)) > 1
+
+
+def test_plain_is_only_the_temperature():
+    """Samplers sample_rows may take: temperature only. Catches a batched path that would skip a
+    penalty, a truncation, a bias or the logprobs."""
+    assert Sampler(SamplingParams(temperature=0.7)).plain
+    assert Sampler(SamplingParams(temperature=0.0)).plain
+    for kw in (dict(top_k=5), dict(top_p=0.9), dict(min_p=0.1), dict(repetition_penalty=1.1),
+               dict(presence_penalty=0.5), dict(frequency_penalty=0.5), dict(logprobs=True),
+               dict(logit_bias={3: 1.0}), dict(temperature=1e-31)):
+        assert not Sampler(SamplingParams(**kw)).plain, kw
+
+
 def test_temperature_applies_to_the_kept_tokens():
     """Temperature comes last: among the top-k tokens the draw follows softmax(x_kept / T)."""
     x = np.array([1.0, 3.0, 0.0, 2.5, -1.0, 2.0, 0.5, -3.0], dtype=np.float32)

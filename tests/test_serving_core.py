@@ -228,3 +228,46 @@ def test_metrics_report_the_prefix_cache_and_kv_pool(stories_model, tok, stories
     assert values["reame_kv_cache_usage_ratio"] == 0.0
     assert values["reame_kv_evictions_total"] == 0 and values["reame_preemptions_total"] == 0
     app.reame.service.scheduler.stop()
+
+
+def test_seeded_sampling_identical_batched_and_alone(stories_model, tok, stories_expected,
+                                                     monkeypatch):
+    """Seeded temperature sampling gives each request the tokens it gets alone, when the
+    step's rows are drawn together (sampling.sample_rows, half of them on another thread).
+    Driven through Scheduler.step(). Catches a batched draw handed to the wrong sequence or
+    drawn with another's random stream, and a planner that never takes the batched path."""
+    import reame.sampling as sampling
+    calls = []
+    real = sampling.sample_rows
+
+    def counted(samplers, rows):
+        calls.append(len(rows))
+        return real(samplers, rows)
+
+    monkeypatch.setattr(sampling, "sample_rows", counted)
+    prompts = [c["prompt_tokens"] for c in stories_expected["cases"]] * 2
+    temps = [0.6, 0.9, 1.2, 0.8, 1.0, 0.7, 1.1, 0.5, 0.9, 1.3]
+
+    def g(i):
+        return Generation(tok, prompts[i], SamplingParams(temperature=temps[i], seed=100 + i),
+                          max_tokens=24, n_ctx=N_CTX, ignore_eos=True)
+
+    eng = create_engine(stories_model, "reference", n_ctx=N_CTX, max_seqs=1, block_size=BS)
+    want = [[s.token for s in generate_stream(eng, g(i))] for i in range(len(prompts))]
+    eng = create_engine(stories_model, "reference", n_ctx=N_CTX, max_seqs=8, block_size=BS)
+    s = Scheduler(eng)
+    reqs = [s.submit([p], [[g(i)]]) for i, p in enumerate(prompts)]
+    for _ in range(200):
+        if all(r.finished for r in reqs):
+            break
+        s.step(0.0)
+    got = []
+    for r in reqs:
+        toks = []
+        while (ev := r.out.get_nowait()) is not DONE:
+            toks.append(ev.step.token)
+        got.append(toks)
+    assert got == want
+    assert len(set(map(tuple, want))) > 5               # the seeds and temperatures differ
+    assert calls and max(calls) >= 8                    # the steps' rows drawn together
+    assert_all_free(s)

@@ -73,6 +73,20 @@ class Trial:
     slow_pairs: int = 0
 
 
+def background_priority() -> None:
+    """Run the calling thread at the lowest CPU priority (nice 19, Linux: per thread). A
+    candidate's build and numerical check run while the engine serves; on a machine whose
+    cores all compute the step, at equal priority they would take a core from the step's
+    threads (py-spy on a 2-vCPU server at 16 clients: ~6% of the CPU time went to them)."""
+    import os
+    import sys
+    if sys.platform.startswith("linux"):
+        try:
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+        except OSError:
+            pass
+
+
 class KernelTuner:
     def __init__(self, engine, explore_share: float = 0.25, jitter: float = 0.3,
                  min_share: float = 0.02, min_gain: float = 0.02, confirm_after: int = 400,
@@ -225,6 +239,7 @@ class KernelTuner:
         live = self.table.slots[cls.slots[0]].kernel
 
         def work():
+            background_priority()
             try:
                 k = self.engine.kernels.get(spec) or build(spec, self.engine.isa)
                 self.engine.kernels[spec] = k

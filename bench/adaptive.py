@@ -1,7 +1,7 @@
 """Adaptive on vs off: one changing trace replayed twice against `reame serve`, same seed.
 
     python -m bench.adaptive [--model shape:mix | --gguf PATH] [--phase-seconds 300]
-                             [--phases chat,documents,agentic] [--rates 2.5,0.45,5]
+                             [--phases chat,documents,agentic,mixed] [--rates 2.5,0.45,5]
                              [--threads 2] [--window 30] [--restart] [--reame-args "..."]
                              [--json bench/results/adaptive.json] [--plot docs/img/adaptive.png]
                              [--markdown docs/benchmarks.md] [--quick]
@@ -13,7 +13,11 @@ model with 2 threads in every phase):
 - chat: a unique 40-160 token prompt, 64 output tokens;
 - documents: a unique 700-1400 token document and a question, 24 output tokens;
 - agentic: bursts (a burst of 2-6 requests at each Poisson arrival) sharing one ~600-token tool
-  prefix plus a unique 10-30 token task, 32 output tokens.
+  prefix plus a unique 10-30 token task, 32 output tokens;
+- mixed (not in the default list): the long-document + chat mix, each arrival a document
+  (as above) with probability 0.25, else a chat: chats decode while documents are computed,
+  the steps where the prompt budget sets their time per output token (docs/adaptive.md, the
+  token budget).
 Requests are streamed /v1/completions (greedy, end-of-generation tokens banned), sent at their
 arrival time with no client-side cap, never retried; one not finished when its phase ends is
 abandoned (the client disconnects, the server cancels it: counted per phase), so a phase's
@@ -51,7 +55,9 @@ PHASES = {                     # name -> (default rate req/s, output tokens)
     "chat": (2.5, 64),
     "documents": (0.45, 24),
     "agentic": (5.0, 32),
+    "mixed": (1.2, None),      # a document (24 tokens out) or a chat (64)
 }
+DOC_SHARE = 0.25               # of the mixed phase's arrivals
 QUICK = dict(phase_seconds=20.0, window=5.0)
 
 
@@ -79,15 +85,18 @@ def make_trace(phases: list[str], rates: list[float], seconds: float, seed: int)
             burst = rng.randint(2, 6) if phase == "agentic" else 1
             for _ in range(burst):
                 i = len(out)
-                if phase == "chat":
+                kind = phase
+                if phase == "mixed":
+                    kind = "documents" if rng.random() < DOC_SHARE else "chat"
+                if kind == "chat":
                     prompt = f"User {i}: " + _words(rng, rng.randint(40, 160)) + "\nAssistant:"
-                elif phase == "documents":
+                elif kind == "documents":
                     prompt = ("Document:\n" + _words(rng, rng.randint(700, 1400))
                               + f"\nQuestion {i}: what is this document about?\nAnswer:")
                 else:
                     prompt = prefix + user_task(rng, i)
                 out.append({"i": i, "at": t, "phase": phase, "phase_index": k,
-                            "prompt": prompt, "max_tokens": PHASES[phase][1]})
+                            "prompt": prompt, "max_tokens": PHASES[kind][1]})
         t0 += seconds
     return out
 
@@ -186,6 +195,22 @@ def summarize(records: list[dict], phases: list[str], seconds: float, window: fl
             "requests": len(records), "ok": len(ok)}
 
 
+def budget_line(run: dict) -> str | None:
+    """What the token budget did in a run (its GET /v1/adaptive report), for the table."""
+    b = (run.get("report") or {}).get("budget")
+    if not b or not b.get("moving"):
+        return None
+    m = b.get("model") or {}
+    fit = (f"step {m['step_ms']:.1f} ms + {m['per_decode_token_ms']:.2f} ms per decode token "
+           f"+ {m['per_prompt_token_ms']:.2f} ms per prompt token" if m else "no fit")
+    return (f"{run['label']}: token budget for a {b['tpot_limit_s']:g} s step: {fit} "
+            f"(margin {b['margin']:.2f}); beside a full batch, {b['prompt_budget_at_max_batch']} "
+            f"prompt tokens a step (configured {b['configured']['prefill_chunk']}); steps with "
+            f"decode and prompt tokens: p95 {_f(b['mixed_step_p95_s'], '.3f')} s, median "
+            f"{b['mixed_prompt_tokens_p50']} prompt tokens; {_f(b['shrunk_share'], '.0%')} of "
+            f"decoding steps under the configured chunk")
+
+
 def _f(v, fmt=".2f"):
     return "-" if v is None else format(v, fmt)
 
@@ -214,6 +239,9 @@ def table(runs: list[dict]) -> str:
                      f"{_f(s['tok_s'] / base['tok_s'] if base['tok_s'] else None)}x | "
                      f"{s['first_minute_tok_s']:.1f} | "
                      f"{_f(s['first_minute_tok_s'] / base['first_minute_tok_s'] if base['first_minute_tok_s'] else None)}x |")
+    budgets = [x for x in map(budget_line, runs) if x]
+    if budgets:
+        lines += [""] + [f"- {x}" for x in budgets]
     return "\n".join(lines)
 
 

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from . import store
 from .batching import BatchTuner
+from .budget import BudgetController
 from .profile import RequestProfile, percentile
 from .tuner import KernelTuner
 
@@ -33,7 +34,7 @@ log = logging.getLogger("reame.adaptive")
 class AdaptiveRuntime:
     def __init__(self, engine, params, *, enabled: bool = True, state_dir: Path | None = None,
                  report_every: float = 0.0, save_every: float = 60.0, tuner_options=None,
-                 tpot_limit: float = 0.25, batch_options=None):
+                 tpot_limit: float = 0.25, batch_options=None, budget_options=None):
         self.engine, self.params = engine, params
         self.enabled = enabled
         self.profile = RequestProfile()
@@ -67,6 +68,11 @@ class AdaptiveRuntime:
         # the running batch: tuned between the starting limit and the engine's KV slots
         self.batch = BatchTuner(params, engine.kv.max_seqs, tpot_limit=tpot_limit,
                                 **(batch_options or {}))
+        # the step's prompt chunk and token budget, for the latency target (budget.py); moved
+        # only when enabled: off keeps the built-in values, frozen the saved ones
+        self.budget = BudgetController(params, tpot_limit=tpot_limit,
+                                       engine_tokens=getattr(engine, "max_tokens", None),
+                                       **(budget_options or {}))
         if not enabled:
             self.batch.frozen = True
             if self.tuner is not None:
@@ -301,6 +307,8 @@ class AdaptiveRuntime:
         if isinstance(refused, list):             # not probed again before retry_steps
             self.batch.refused = {lv: 0 for lv in refused
                                   if isinstance(lv, int) and lv in self.batch.levels}
+        if isinstance(saved.get("budget"), dict):   # the step-cost fit: budgets from step one
+            self.budget.load(saved["budget"])
 
     # ---- every step (the engine thread) ----
 
@@ -328,6 +336,9 @@ class AdaptiveRuntime:
             self.batch.cycle = int(percentile(self.profile.outputs, 0.5))
         self.batch.observe(n_sampled, now - self._t_step, decode_only, running, waiting,
                            trial=self.tuner is not None and self.tuner.trial_step)
+        if self.enabled:                     # the next step's budget (after the batch's limit)
+            self.budget.after_step(plan, now - self._t_step, running,
+                                   trial=self.tuner is not None and self.tuner.trial_step)
         self._track_prefixes(plan)
         if self.tuner is not None:
             self.tuner.after_step(self._label, len(plan.batch), self._timed, self._before)
@@ -418,9 +429,7 @@ class AdaptiveRuntime:
             live = self.engine.table.slots[c.slots[0]].kernel.spec
             if live != c.origin:
                 choices[c.key] = live
-        sched = {k: getattr(self.params, k) for k in ("max_batch", "token_budget",
-                                                      "prefill_chunk")}
-        sched["batch_refused"] = self.batch.refused_recently()
+        sched = self._scheduler_state()
         try:
             store.save(self.path, self.ident, choices, sched,
                        self.hot_prefixes() or self.saved_prefixes, self.tuner.rejected())
@@ -430,6 +439,20 @@ class AdaptiveRuntime:
             log.warning("adaptive: cannot save %s: %s", self.path, e)
             return False
         return True
+
+    def _scheduler_state(self) -> dict:
+        """The scheduler parameters saved: the batch, the budget the controller chose lately
+        (medians: what --adaptive frozen runs) and its step-cost fit."""
+        sched = {k: getattr(self.params, k) for k in ("max_batch", "token_budget",
+                                                      "prefill_chunk")}
+        typical = self.budget.typical()
+        if typical is not None:
+            sched["token_budget"] = max(typical[0], sched["max_batch"])
+            sched["prefill_chunk"] = typical[1]
+        sched["batch_refused"] = self.batch.refused_recently()
+        if (state := self.budget.state()) is not None:
+            sched["budget"] = state
+        return sched
 
     def _save_speculation(self, background: bool) -> None:
         snap = self.speculator.state()             # copies, on this thread
@@ -514,7 +537,8 @@ class AdaptiveRuntime:
                "startup_benchmark": self.boot_report(),
                "hot_prefixes": [{"tokens": len(t), "found": c} for c, t in
                                 sorted(self.prefixes.values(), key=lambda e: -e[0])[:4]],
-               "batch": self.batch.report()}
+               "batch": self.batch.report(),
+               "budget": {"moving": self.enabled, **self.budget.report()}}
         if self.speculator is not None:
             out["speculation"] = self.speculator.report()
         if self.tuner is not None:

@@ -9,9 +9,10 @@ program, close() joining the workers and run() after close() raising.
 
 Dispatch table: stage/commit (a staged kernel is not live until commit, one swap for all),
 commit without staged changes is a no-op, verify() rejects a kernel of another op or shape,
-rollback with and without history; the guard checks every count a slot's program serves and
-is NaN-safe (a variant wrong only above 4 rows, or giving NaN there, is refused); rollback is
-atomic with respect to a commit from the engine thread.
+rollback with and without history; the guard checks the counts a slot's program serves and is
+NaN-safe (a variant wrong only above 4 rows, or giving NaN there, is refused; more of the guard in
+tests/test_dispatch_guard.py); rollback is atomic with respect to a commit from the engine
+thread.
 """
 
 from __future__ import annotations
@@ -435,14 +436,13 @@ def test_guard_checks_every_count_the_slot_serves(kernels, nan):
     """A variant correct at 3 rows but wrong above 4 passes a 3-row check (the old guard) and is
     refused by the check at the counts of the slot's program (5..16 here); a NaN where the
     generic kernel gives a number is refused, never compared as 'not greater than'."""
-    from reame.dispatch import check_counts
     bad = wrong_above(kernels["add"], 4, nan)
     old = DispatchTable(capacity=4)
-    old.add("blk.0.attn_q.bias", kernels["add"])            # counts=(3,): the old guard
+    old.add("blk.0.attn_q.bias", kernels["add"])            # counts 3..3: the old guard
     assert old.verify(0, bad) <= 1.0
     table = DispatchTable(capacity=4)
-    slot = table.add("blk.0.attn_q.bias@16", kernels["add"], check_counts(5, 16))
-    assert table.slots[slot].counts == (5, 6, 10, 15, 16)
+    slot = table.add("blk.0.attn_q.bias@16", kernels["add"], (5, 16))
+    assert table.slots[slot].counts() == (5, 6, 15, 16)
     with pytest.raises(VariantRejected, match="at n=5"):
         table.stage(slot, bad)
     assert table.slots[slot].staged is None and table.commit() is False
@@ -451,18 +451,23 @@ def test_guard_checks_every_count_the_slot_serves(kernels, nan):
 
 def test_engine_slots_know_their_counts(kernels):
     """Each program's slots are checked at that program's step sizes (n for token ops, rows
-    for the head), the q/k norms at tokens x heads."""
-    from reame.dispatch import check_counts
-    from reame.jit.program import M, N, ProgramBuilder
-    table = DispatchTable(capacity=8)
+    for the head), the q/k norms at tokens x heads (multiples of the heads only), cut as the
+    runtime cuts them (a heavy op: 4 slices per thread of the table's threads)."""
+    from reame.jit.program import HEAVY_SLICES, M, N, ProgramBuilder
+    table = DispatchTable(capacity=8, threads=3)
     P = ProgramBuilder(table, {}, "16", NATIVE, ranges={"n": (5, 16), "m": (1, 4)})
     x = np.zeros((16 * 2, K), np.float32)
     w = np.ones(K, np.float32)
     P.op("tok", kernels["rms"].spec, x=x, w=w, y=x, n=N)
     P.op("head", kernels["rms"].spec, x=x, w=w, y=x, n=M)
     P.op("qnorm", kernels["rms"].spec, x=x, w=w, y=x, n=N * 2)
-    assert [s.counts for s in table.slots] == [check_counts(5, 16), check_counts(1, 4),
-                                               check_counts(10, 32)]
+    mm = get_op("matmul").specs("F32", detect("generic"), M=8, K=K, acc=0)[-1]   # nt = 4
+    P.op("ffn_up", mm, w=np.zeros((8, K), np.float32), x=x, y=x, n=N)
+    assert [s.counts() for s in table.slots] == [(5, 6, 15, 16), (1, 2, 3, 4),
+                                                 (10, 12, 30, 32),
+                                                 (5, 6, 7, 8, 9, 15, 16)]
+    assert [(s.slices, s.nth) for s in table.slots] == [(1, 3)] * 3 + [(HEAVY_SLICES,
+                                                                        3 * HEAVY_SLICES)]
 
 
 def test_compare_is_nan_safe():

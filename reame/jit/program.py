@@ -18,7 +18,7 @@ from ..codegen import registry
 from ..codegen.kernels import Kernel, build
 from ..codegen.runtime import Program, aligned_zeros
 from ..codegen.spec import KernelSpec
-from ..dispatch import DispatchTable, check_counts
+from ..dispatch import DispatchTable
 
 
 class Dyn:
@@ -61,9 +61,9 @@ class ProgramBuilder:
         count = args.get("n")
         lo, hi = self.ranges.get(count.name, (3, 3)) if isinstance(count, Dyn) else (3, 3)
         f = count.factor if isinstance(count, Dyn) else 1
-        slot = self.table.add(f"{site}@{self.label}", self.kernel(spec),
-                              check_counts(lo * f, hi * f))
         slices = HEAVY_SLICES if spec.op in HEAVY_OPS else 1
+        slot = self.table.add(f"{site}@{self.label}", self.kernel(spec), (lo, hi), step=f,
+                              slices=slices)
         self.ops.append((slot, words, barrier, slices))
         return len(self.ops) - 1
 

@@ -35,6 +35,25 @@ def detect(template_source: str | None) -> bool:
     return OPEN in s and CLOSE in s
 
 
+def effort_kwargs(template_source: str | None, effort: str) -> dict:
+    """The chat-template variables that carry OpenAI's `reasoning_effort` to a template with a
+    thinking switch: `reasoning_effort` itself where the template reads it (gpt-oss: low,
+    medium, high), else `enable_thinking` (Qwen3, SmolLM3, DeepSeek-R1 distills' patched
+    templates) or `thinking` (Granite 3.3) as a boolean: "none" and "minimal" turn thinking
+    off, the other efforts on. {} when the template has no switch (the effort is ignored)."""
+    import re
+    s = template_source or ""
+    on = effort not in ("none", "minimal")
+    if re.search(r"\breasoning_effort\b", s):
+        return {"reasoning_effort": {"none": "low", "minimal": "low",
+                                     "xhigh": "high"}.get(effort, effort)}
+    if re.search(r"\benable_thinking\b", s):
+        return {"enable_thinking": on}
+    if re.search(r"\b(?:if|elif|and|or|not)\s+thinking\b", s):
+        return {"thinking": on}
+    return {}
+
+
 def starts_in_think(prompt: str) -> bool:
     """Whether the rendered prompt leaves a `<think>` block open for the output."""
     return prompt.rstrip(_WS).endswith(OPEN)

@@ -2,9 +2,11 @@
 
 `parse_chat` and `parse_completion` turn a decoded JSON body into a typed `GenerationRequest` or
 raise `APIError` naming the offending parameter, with OpenAI's error body:
-`{"error": {"message", "type", "param", "code"}}`. Unknown fields are ignored (as vLLM and
-llama.cpp do); known fields are checked for type and range; features Reame does not implement
-(tools, images, JSON mode, ...) are refused with a 400 rather than silently ignored.
+`{"error": {"message", "type", "param", "code"}}`. Known fields are checked for type and range;
+a field that does not change what the server computes (OpenAI bookkeeping: `user`,
+`metadata`, `prompt_cache_key`, ...) is accepted; a field or value that would change the
+result and is not implemented (images, `mirostat`, `modalities: ["audio"]`, ...) is refused
+with a 400 naming it, never silently ignored.
 """
 
 from __future__ import annotations
@@ -65,6 +67,8 @@ class GenerationRequest:
     chat_template_kwargs: dict = field(default_factory=dict)
     guided: object = None                       # guided.GuidedSpec: an output constraint
     tools: object = None                        # guided.ToolSpec (chat)
+    reasoning_effort: str | None = None         # chat: OpenAI's, onto the template's switch
+    prediction: str | None = None               # chat: Predicted Outputs' text (drafts)
 
 
 # ---- JSON body ----
@@ -250,18 +254,25 @@ def _common(body: dict, kind: str, n_vocab: int, max_n: int, *, logprobs: bool,
 
 
 # Every field a generation request may carry; anything else is refused with a 400 naming it,
-# never silently ignored. Accepted without effect: `user`, `metadata`, `store`, `service_tier`
-# (OpenAI bookkeeping), `cache_prompt` (llama-server: the prefix cache is always on).
+# never silently ignored. Accepted without effect on the output (checked for type):
+# `user`, `safety_identifier`, `metadata`, `store`, `service_tier`, `prompt_cache_key`
+# (OpenAI bookkeeping and routing hints: the prefix cache finds shared prefixes by their
+# tokens), `verbosity` (GPT-5's; no open model's template reads it), `modalities: ["text"]`,
+# `cache_prompt: true` (llama-server: the prefix cache is always on).
 _BOTH = {"model", "max_tokens", "temperature", "top_p", "n", "stream", "stream_options", "stop",
          "presence_penalty", "frequency_penalty", "logit_bias", "seed", "user", "top_k",
          "min_p", "repetition_penalty", "ignore_eos", "metadata", "store", "service_tier",
          "cache_prompt", "response_format", "json_schema", "grammar", "guided_json",
-         "guided_regex", "guided_choice", "guided_grammar", "structured_outputs"}
+         "guided_regex", "guided_choice", "guided_grammar", "structured_outputs",
+         "safety_identifier", "prompt_cache_key"}
 KNOWN_FIELDS = {
     "chat": _BOTH | {"messages", "max_completion_tokens", "logprobs", "top_logprobs", "tools",
-                     "tool_choice", "parallel_tool_calls", "chat_template_kwargs", "functions"},
+                     "tool_choice", "parallel_tool_calls", "chat_template_kwargs", "functions",
+                     "reasoning_effort", "prediction", "modalities", "verbosity"},
     "completion": _BOTH | {"prompt", "logprobs", "echo", "best_of", "suffix"},
 }
+REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
+VERBOSITIES = ("low", "medium", "high")
 
 
 def _refuse_unknown(body: dict, kind: str) -> None:
@@ -272,6 +283,41 @@ def _refuse_unknown(body: dict, kind: str) -> None:
     if body.get("cache_prompt") is False:
         raise invalid("cache_prompt", "'cache_prompt': false is not supported: the prefix "
                       "cache is always on.", "unsupported_parameter")
+    for name in ("user", "safety_identifier", "prompt_cache_key", "service_tier"):
+        _string(body, name)
+    _boolean(body, "store", False)
+    md = body.get("metadata")
+    if md is not None and not (isinstance(md, dict) and all(isinstance(v, str)
+                                                            for v in md.values())):
+        raise invalid("metadata", "'metadata' must be an object of string values.")
+
+
+def _bookkeeping_chat(body: dict) -> tuple[str | None, str | None]:
+    """The chat-only OpenAI fields: `modalities` (text only), `verbosity` (checked, no effect),
+    `reasoning_effort` and `prediction` -> (effort, predicted text)."""
+    mod = body.get("modalities")
+    if mod is not None:
+        if not isinstance(mod, list) or not all(isinstance(m, str) for m in mod):
+            raise invalid("modalities", "'modalities' must be an array of strings.")
+        other = [m for m in mod if m != "text"]
+        if other:
+            raise invalid("modalities", f"Output modality {other[0]!r} is not supported by "
+                          "this server; only 'text' is.", "unsupported_parameter")
+    v = _string(body, "verbosity")
+    if v is not None and v not in VERBOSITIES:
+        raise invalid("verbosity", f"'verbosity' must be one of {list(VERBOSITIES)}.")
+    effort = _string(body, "reasoning_effort")
+    if effort is not None and effort not in REASONING_EFFORTS:
+        raise invalid("reasoning_effort", "'reasoning_effort' must be one of "
+                      f"{list(REASONING_EFFORTS)}.")
+    pred = body.get("prediction")
+    text = None
+    if pred is not None:
+        if not isinstance(pred, dict) or pred.get("type") != "content" or "content" not in pred:
+            raise invalid("prediction", "'prediction' must be {\"type\": \"content\", "
+                          "\"content\": ...} (Predicted Outputs).")
+        text = _content(pred["content"], "prediction.content")
+    return effort, text
 
 
 # ---- /v1/chat/completions ----
@@ -339,11 +385,16 @@ def parse_chat(body: dict, n_vocab: int, max_n: int) -> GenerationRequest:
         raise invalid("top_logprobs", "'top_logprobs' requires 'logprobs' to be true.")
     messages = _messages(body)
     from .guided import parse_tools
+    # null is the default, as OpenAI takes it (`tool_choice: null` with tools is "auto")
+    nulls = [k for k in ("tool_choice", "parallel_tool_calls") if k in body and body[k] is None]
+    if nulls:
+        body = {k: v for k, v in body.items() if k not in nulls}
     tools = parse_tools(body)
     kwargs = body.get("chat_template_kwargs")
     if kwargs is not None and not isinstance(kwargs, dict):
         raise invalid("chat_template_kwargs", "'chat_template_kwargs' must be an object.")
     req = _common(body, "chat", n_vocab, max_n, logprobs=logprobs, top_logprobs=top)
+    req.reasoning_effort, req.prediction = _bookkeeping_chat(body)
     if tools is not None and tools.choice != "none" and req.guided is not None:
         raise invalid(req.guided.param, f"'{req.guided.param}' together with tools is not "
                       "supported: use tool_choice 'none', or no tools.",

@@ -153,6 +153,10 @@ class ModelService:
                           "chat_template_missing")
         kwargs = {k: v for k, v in req.chat_template_kwargs.items()
                   if k not in ("messages", "add_generation_prompt", "tools")}
+        if req.reasoning_effort is not None:    # onto the template's switch; kwargs win
+            from ..reasoning import effort_kwargs
+            kwargs = {**effort_kwargs(getattr(self.template, "source", None),
+                                      req.reasoning_effort), **kwargs}
         tools = req.tools.tools if req.tools is not None and req.tools.choice != "none" else None
         if tools is not None:
             kwargs["tools"] = tools
@@ -204,10 +208,10 @@ class ModelService:
         response is split (reasoning_content, tool_calls). 400 for a grammar that cannot be
         used."""
         from .. import reasoning, structured, toolcalls
-        from .guided import compile_guided
+        from .guided import closed_tools, compile_guided
         plan = OutputPlan()
         if req.guided is not None:
-            plan.grammar = compile_guided(req.guided, self.tok)
+            plan.grammar = compile_guided(req.guided, self.tok, self.open_objects)
         if req.kind != "chat" or self.template is None:
             return plan
         source = getattr(self.template, "source", None)
@@ -227,7 +231,8 @@ class ModelService:
             try:
                 choice = t.choice if t.choice in ("auto", "required") else \
                     {"type": "function", "function": {"name": t.choice}}
-                lark = fmt.grammar(t.tools, choice, t.parallel, special_tokens=specials,
+                tools = t.tools if self.open_objects else closed_tools(t.tools)
+                lark = fmt.grammar(tools, choice, t.parallel, special_tokens=specials,
                                    thinking=thinking)
                 if lark is not None:
                     plan.grammar = structured.compile_grammar(structured.lark(lark), self.tok,
@@ -247,6 +252,10 @@ class ModelService:
 
         from ..structured import Constraint
         plan = plan or OutputPlan()
+        # Predicted Outputs: the speculator may draft from the predicted tokens (after the
+        # prompt's last tokens, so that the first output token can be drafted already)
+        predicted = (self.tok.encode(req.prediction, add_special=False, parse_special=False)
+                     if req.prediction and self.speculator is not None else None)
         out, k = [], 0
         for ids in prompts:
             gens = []
@@ -262,6 +271,8 @@ class ModelService:
                     self.tok, ids, p, max_tokens=req.max_tokens, n_ctx=self.n_ctx,
                     ignore_eos=req.ignore_eos, detokenize=False,
                     constraint=Constraint(plan.grammar, self.tok) if plan.grammar else None))
+                if predicted:
+                    gens[-1].prediction = ids[-3:] + predicted
                 k += 1
             out.append(gens)
         return out

@@ -43,6 +43,9 @@ class SeqState:
         self.cls = cls
         self.local = TokenIndex(local=True)
         self.local.add(seq.tokens)              # the sequence's own token list, as it grows
+        predicted = getattr(seq.gen, "prediction", None)
+        if predicted:                           # Predicted Outputs: the request's own guess
+            self.local.add(list(predicted))
         self.follow: list[tuple[TokenIndex, Candidate]] = []
         self.follow_len = 0                     # len(seq.tokens) when `follow` was made
         self.match = 0                          # the last draft's match length

@@ -90,7 +90,7 @@ class Wrapped:
         self.inner.cfunc(args, ith, nth)
         if self.wrong_above is not None and ith == 0:
             words = ctypes.cast(args, ctypes.POINTER(ctypes.c_int64))
-            if words[4] > self.wrong_above:                  # matmul_q8 args: w, xq, y, n
+            if words[3] > self.wrong_above:                  # matmul_q8 args: w, xq, y, n
                 y = ctypes.cast(words[2], ctypes.POINTER(ctypes.c_float))
                 y[0] += 1.0
         if self.delay:
@@ -156,8 +156,10 @@ def reference_output(model):
 def run_adaptive(model, tmp_path, setup, n_runs=3, **tuner):
     eng = engine(model)
     params = SchedulerParams(max_batch=4)
+    # the builds at the server threads' priority: these tests are about the A/B, and at nice 19
+    # the build waits behind the test's own busy engine threads (the priority is tested alone)
     rt = AdaptiveRuntime(eng, params, state_dir=tmp_path, save_every=0,
-                         tuner_options={"confirm_after": 60, **tuner})
+                         tuner_options={"confirm_after": 60, "build_nice": 0, **tuner})
     ctx = setup(rt)
     s = Scheduler(eng, params, adaptive=rt).start()
     try:
@@ -582,6 +584,7 @@ def test_candidate_builds_run_at_the_lowest_priority_without_renicing_the_server
         raise RuntimeError("not built: the test only looks at the thread")
 
     tuner = tuner_mod.KernelTuner.__new__(tuner_mod.KernelTuner)
+    tuner.build_nice = 19                               # the default
     tuner.table = SimpleNamespace(slots=[SimpleNamespace(kernel=None)])
     tuner.engine = SimpleNamespace(kernels={}, isa=None)
     cls = SimpleNamespace(slots=[0], tried={})

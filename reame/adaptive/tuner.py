@@ -73,8 +73,8 @@ class Trial:
     slow_pairs: int = 0
 
 
-def background_priority() -> None:
-    """Run the calling thread at the lowest CPU priority (nice 19, Linux: per thread). A
+def background_priority(nice: int = 19) -> None:
+    """Run the calling thread at CPU priority `nice` (19: the lowest; Linux: per thread). A
     candidate's build and numerical check run while the engine serves; on a machine whose
     cores all compute the step, at equal priority they would take a core from the step's
     threads (py-spy on a 2-vCPU server at 16 clients: ~6% of the CPU time went to them)."""
@@ -82,7 +82,7 @@ def background_priority() -> None:
     import sys
     if sys.platform.startswith("linux"):
         try:
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), nice)
         except OSError:
             pass
 
@@ -90,8 +90,11 @@ def background_priority() -> None:
 class KernelTuner:
     def __init__(self, engine, explore_share: float = 0.25, jitter: float = 0.3,
                  min_share: float = 0.02, min_gain: float = 0.02, confirm_after: int = 400,
-                 like_sizes: float = 1.15, max_unlike: int = 400):
+                 like_sizes: float = 1.15, max_unlike: int = 400, build_nice: int = 19):
+        """`build_nice`: the CPU priority of the thread that builds and checks candidates
+        (background_priority)."""
         self.engine, self.table = engine, engine.table
+        self.build_nice = build_nice
         # a pair compares two steps only when their token counts are within like_sizes of
         # each other: a kernel's time per token depends on the step's size (its weights are
         # read once per step), so a 300-token prompt step against a 20-token decode step of the
@@ -239,7 +242,7 @@ class KernelTuner:
         live = self.table.slots[cls.slots[0]].kernel
 
         def work():
-            background_priority()
+            background_priority(self.build_nice)
             try:
                 k = self.engine.kernels.get(spec) or build(spec, self.engine.isa)
                 self.engine.kernels[spec] = k

@@ -84,7 +84,7 @@ class JITEngine:
                              f"than a bucket size {self.buckets}")
         self.pool = NativePool(threads or auto_threads(model), self.isa, cpus=cpus)
         self.threads = self.pool.nth
-        self.table = DispatchTable()
+        self.table = DispatchTable(threads=self.pool.nth)   # candidates checked as they run
         self.kernels: dict = {}
         self.panel_weights: dict[str, np.ndarray] = {}   # repacked copies, by tensor name
         self._alloc()

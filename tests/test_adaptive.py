@@ -600,3 +600,51 @@ def test_candidate_builds_run_at_the_lowest_priority_without_renicing_the_server
     finally:
         tuner_mod.build = orig
     assert seen["tuner"] == 19
+
+
+def test_a_candidate_is_checked_at_each_slot_shape_of_its_class():
+    """A class's slots share a spec, not always their counts or slicing (q-norm over 14 heads
+    beside k-norm over 2): the candidate is checked on one slot of each shape before any of
+    them may run it. Catches a check of the class's first slot only."""
+    import threading
+    from types import SimpleNamespace
+
+    import reame.adaptive.tuner as tuner_mod
+    checked, done = [], threading.Event()
+
+    def slot(lo, hi, step):
+        return SimpleNamespace(kernel=None, lo=lo, hi=hi, step=step, slices=4, threads=2,
+                               verified=set())
+
+    slots = [slot(14, 56, 14), slot(14, 56, 14), slot(2, 8, 2)]
+
+    def verify(i, k):
+        checked.append(i)
+        if i == 2:
+            done.set()
+            raise tuner_mod.VariantRejected("wrong at the k-norm's counts")
+
+    tuner = tuner_mod.KernelTuner.__new__(tuner_mod.KernelTuner)
+    tuner.build_nice = 0
+    tuner.table = SimpleNamespace(slots=slots, verify=verify)
+    kern = SimpleNamespace(symbol="cand")
+    tuner.engine = SimpleNamespace(kernels={}, isa=None)
+    tuner.refused, tuner._lock, tuner._ready = 0, threading.Lock(), []
+    tuner._event = lambda msg: None
+    cls = SimpleNamespace(slots=[0, 1, 2], tried={}, key="rms_norm@4")
+
+    class Spec:
+        def label(self):
+            return "cand"
+
+    spec = Spec()
+    tuner.engine.kernels[spec] = kern
+    tuner._build_async(cls, spec)
+    assert done.wait(30)
+    for _ in range(100):
+        if not tuner._building:
+            break
+        time.sleep(0.01)
+    assert checked == [0, 2]                            # one per shape
+    assert tuner.refused == 1 and not tuner._ready
+    assert cls.tried["cand"].startswith("refused")

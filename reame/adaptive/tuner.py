@@ -246,7 +246,15 @@ class KernelTuner:
             try:
                 k = self.engine.kernels.get(spec) or build(spec, self.engine.isa)
                 self.engine.kernels[spec] = k
-                self.table.verify(cls.slots[0], k)          # every count the slots serve
+                # every count each slot serves: slots of one class share a spec, not always
+                # their counts (a head-count factor, a program's edges) or slicing
+                shapes = set()
+                for i in cls.slots:
+                    sl = self.table.slots[i]
+                    shape = (sl.lo, sl.hi, sl.step, sl.slices, sl.threads)
+                    if shape not in shapes:
+                        shapes.add(shape)
+                        self.table.verify(i, k)
                 for i in cls.slots:
                     self.table.slots[i].verified.add(k.symbol)
                 with self._lock:

@@ -97,6 +97,7 @@ class Request:
         self.seqs: list[Seq] = []       # every choice, by flat index
         self.leads: list[Seq] = []      # one per prompt: it computes the prompt, then forks
         self.admitted = False           # its first prompt got KV blocks
+        self.t_admit: dict[int, float] = {}     # a prompt's lead (choice index) -> 1st admission
         self.cancelled = False
         self.finished = False           # set by the engine thread when DONE is queued
         self.closed: set[int] = set()   # choices the reader has whole (its thread's)
@@ -351,6 +352,7 @@ class Scheduler:
             with self._cond:
                 for seq in plan.admitted:
                     seq.owner.admitted = True
+                    seq.owner.t_admit.setdefault(seq.index, now)
                     self._n_waiting -= self._queued.pop(id(seq), 0)
         masks = self._prepare_masks(plan)
         if self.adaptive is not None:

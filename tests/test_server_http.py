@@ -155,9 +155,18 @@ def sample(parsed: dict, name: str, **labels) -> float:
     return parsed[(name, frozenset(labels.items()))]
 
 
+def summed(parsed: dict, name: str, **labels) -> float:
+    """The sum of the samples of `name` that carry `labels` (and any others)."""
+    want = set(labels.items())
+    found = [v for (n, lab), v in parsed.items() if n == name and want <= lab]
+    assert found, (name, labels)
+    return sum(found)
+
+
 def vllm_matches_reame(parsed: dict, model: str) -> int:
-    """Every vllm:* series equals its reame_* source (summed over the source's labels); the
-    number of values compared."""
+    """Every vllm:* series equals its reame_* source (both summed over their other labels);
+    the number of values compared."""
+    sample = summed
     checked = 0
     lab = {"model_name": model, "engine": "0"}
     for name, (kind, _, source) in VLLM_SERIES.items():
@@ -191,7 +200,7 @@ def test_vllm_series_parse_and_equal_the_reame_ones():
     m.observe("reame_request_duration_seconds", 0.7, ("/v1/completions",))
     m.observe("reame_request_duration_seconds", 3.0, ("/v1/chat/completions",))
     m.gauges.update({"reame_running_requests": lambda: 3, "reame_queue_depth": lambda: 5,
-                     "reame_kv_blocks_used": lambda: 6, "reame_kv_blocks_total": lambda: 24,
+                     "reame_kv_blocks_used": lambda: 6, "reame_kv_blocks_capacity": lambda: 24,
                      "reame_kv_cache_usage_ratio": lambda: 0.25})
     m.counters.update({"reame_prefix_cache_queries_total": lambda: 128,
                        "reame_prefix_cache_hits_total": lambda: 64,
@@ -209,9 +218,9 @@ def test_vllm_series_parse_and_equal_the_reame_ones():
 def test_kv_usage_is_a_ratio_of_the_whole_server(tmp_path):
     """With two workers the usage is (used1 + used2) / (total1 + total2), not a sum of ratios."""
     m = Metrics(str(tmp_path))
-    m.gauges.update({"reame_kv_blocks_used": lambda: 90, "reame_kv_blocks_total": lambda: 100,
+    m.gauges.update({"reame_kv_blocks_used": lambda: 90, "reame_kv_blocks_capacity": lambda: 100,
                      "reame_kv_cache_usage_ratio": lambda: 0.9})
-    other = {"reame_kv_blocks_used": [[[], 30.0]], "reame_kv_blocks_total": [[[], 100.0]],
+    other = {"reame_kv_blocks_used": [[[], 30.0]], "reame_kv_blocks_capacity": [[[], 100.0]],
              "reame_kv_cache_usage_ratio": [[[], 0.3]]}
     (tmp_path / f"worker-{os.getppid()}.json").write_text(json.dumps(other))   # a live pid
     parsed = parse_exposition(m.render())

@@ -223,7 +223,7 @@ def test_metrics_report_the_prefix_cache_and_kv_pool(stories_model, tok, stories
     pool = app.reame.service.scheduler.planner.pool
     assert values["reame_prefix_cache_queries_total"] == 2 * len(ids) == pool.queries
     assert values["reame_prefix_cache_hits_total"] == usage["prompt_tokens_details"]["cached_tokens"]
-    assert values["reame_kv_blocks_total"] == 64 and values["reame_kv_blocks_used"] == 0
+    assert values["reame_kv_blocks_capacity"] == 64 and values["reame_kv_blocks_used"] == 0
     assert values["reame_kv_blocks_cached"] == pool.cached > 0
     assert values["reame_kv_cache_usage_ratio"] == 0.0
     assert values["reame_kv_evictions_total"] == 0 and values["reame_preemptions_total"] == 0

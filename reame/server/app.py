@@ -346,7 +346,7 @@ def create_app(engine_or_factory, config: ServerConfig | None = None, *, tokeniz
         "reame_model_loaded": gauge(lambda s: 1 if s.scheduler.alive else 0),
         "reame_kv_blocks_used": gauge(lambda s: pool(s).used),
         "reame_kv_blocks_cached": gauge(lambda s: pool(s).cached),
-        "reame_kv_blocks_total": gauge(lambda s: pool(s).n_blocks),
+        "reame_kv_blocks_capacity": gauge(lambda s: pool(s).n_blocks),
         "reame_kv_cache_usage_ratio": gauge(lambda s: pool(s).used / pool(s).n_blocks),
     })
     metrics.counters.update({

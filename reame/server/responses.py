@@ -19,7 +19,7 @@ from typing import Callable, Iterator
 from .. import __version__
 from ..generate import TextStream
 from ..scheduler import EngineFailure, Event, RequestTimeout, SchedulerStopped
-from .metrics import Metrics
+from .metrics import Metrics, sequence_stats
 from .schemas import APIError, GenerationRequest
 
 log = logging.getLogger("reame.server")
@@ -175,6 +175,7 @@ class Job:
         m.inc("reame_generation_tokens_total", sum(ch.n_tokens for ch in self.choices))
         m.observe("reame_request_duration_seconds", time.monotonic() - self.t_arrival,
                   (self.endpoint,))
+        m.finished(*sequence_stats(self.request, self.choices, self.prompts, self.req.n))
 
     # ---- one event ----
 

@@ -208,10 +208,10 @@ class ModelService:
         response is split (reasoning_content, tool_calls). 400 for a grammar that cannot be
         used."""
         from .. import reasoning, structured, toolcalls
-        from .guided import closed_tools, compile_guided
+        from .guided import compile_guided
         plan = OutputPlan()
         if req.guided is not None:
-            plan.grammar = compile_guided(req.guided, self.tok, self.open_objects)
+            plan.grammar = compile_guided(req.guided, self.tok)
         if req.kind != "chat" or self.template is None:
             return plan
         source = getattr(self.template, "source", None)
@@ -231,8 +231,7 @@ class ModelService:
             try:
                 choice = t.choice if t.choice in ("auto", "required") else \
                     {"type": "function", "function": {"name": t.choice}}
-                tools = t.tools if self.open_objects else closed_tools(t.tools)
-                lark = fmt.grammar(tools, choice, t.parallel, special_tokens=specials,
+                lark = fmt.grammar(t.tools, choice, t.parallel, special_tokens=specials,
                                    thinking=thinking)
                 if lark is not None:
                     plan.grammar = structured.compile_grammar(structured.lark(lark), self.tok,

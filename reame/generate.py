@@ -111,6 +111,10 @@ class Generation:
     keep_special: frozenset = frozenset()       # control tokens whose text stays in the output
                                                 # (tool-call and reasoning markers)
     detokenize: bool = True                     # run the TextStream here
+    # where the grammar may end but need not (a complete tool call, more may follow), the
+    # model's own choice decides: drawn without the grammar's mask, a token the grammar does
+    # not allow ends the output ("stop") instead of being redrawn among the allowed ones
+    end_outside_grammar: bool = False
 
     def __post_init__(self):
         self.sampler = Sampler(self.params, self.prompt_ids)
@@ -144,7 +148,12 @@ class Generation:
         `sampled`: the token already drawn from these logits (the batched sampler's), to
         advance with."""
         c = self.constraint
-        s = sampled or self.sampler.sample(logits, c.mask() if c is not None else None)
+        if sampled is None and c is not None and self.end_outside_grammar and c.accepting:
+            s = self.sampler.sample(logits, None)          # what the model itself would write
+            if not c.mask()[s.token]:                     # not the grammar's: the output ends
+                return self._finish(Step(s.token, "", s, appended=False), "stop")
+        else:
+            s = sampled or self.sampler.sample(logits, c.mask() if c is not None else None)
         tok = s.token
         eog = tok in self.tokenizer.eog_ids and (not self.ignore_eos or c is not None)
         if eog:                                 # a grammar allows it only once complete

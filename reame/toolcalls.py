@@ -48,6 +48,10 @@ Parsing rules (the same for whole outputs and streams, whatever the chunking):
   a missing closing brace of the envelope is forgiven;
 - text that never reaches that point (a marker followed by anything else, JSON that is not a
   call, a truncated marker) stays content, marker included; parsing never raises;
+- but an output cut by max_tokens (`finish(truncated=True)`, finish_reason "length") keeps no
+  tool-call markup: a section that had not reached its first call (`<tool_call>\n{"name`), or
+  a marker cut in the middle (`<tool_`), is dropped, and a call whose arguments were cut is
+  dropped from `calls` (its streamed deltas have been sent; a whole response never shows it);
 - whitespace next to a tool-call section is dropped; other text is returned unchanged;
 - the markers of some formats are control tokens (`[TOOL_CALLS]`, `<|python_tag|>`,
   `<|tool_call|>`, DeepSeek's): the detokenizer must keep `ToolFormat.markers` in the text.
@@ -237,6 +241,11 @@ class ToolFormat:
         sep = {"hermes": '"\\n"', "llama3": '"; "', "mistral": '", "', "granite": '", "',
                "mistral_args": "", "deepseek": '"\\n"'}[self.name]
         many = f"call ({sep} call)*" if parallel else "call"
+        if parallel and self.name == "hermes":
+            # the newline after a call does not commit to another one: after it the model
+            # still chooses between the next `<tool_call>` and the end (with
+            # Generation.end_outside_grammar, by its own unconstrained choice)
+            many += f" {sep}?"
         calls = {"mistral": f'{m("[TOOL_CALLS]")} "[" {many} "]"',
                  "granite": f'{m("<|tool_call|>")} "[" {many} "]"',
                  "deepseek": f"{m(_DS_BEGIN)} {many} {m(_DS_END)}"}.get(self.name, many)
@@ -393,11 +402,36 @@ class ToolCallStream:
         self._run(final=False)
         return self._take()
 
-    def finish(self) -> list[dict]:
+    def finish(self, truncated: bool = False) -> list[dict]:
+        """The end of the output. `truncated`: it was cut (max_tokens): no tool-call markup
+        becomes content, and an unfinished call is not one of `calls`."""
         if not self._done:
+            if truncated:
+                self._truncate()
             self._run(final=True)
             self._done = True
         return self._take()
+
+    def _truncate(self) -> None:
+        """Before the final run of a cut output: drop what would turn markup into content."""
+        st = self._state
+        if st == "text":                        # a marker cut in the middle: not content
+            keep = _held_prefix(self._buf, self.fmt.triggers)
+            if keep:
+                self._buf = self._buf[:len(self._buf) - keep].rstrip(_WS)
+        elif st in ("open", "head"):
+            if self._committed:                 # a later call was cut before its name
+                self._buf = ""
+                self._state, self._skip_ws = "text", True
+            else:                               # the section never reached a call
+                self._revert = self._consumed = self._buf = ""
+                self._state = "text"
+        elif st == "args":                      # arguments cut: not a call
+            self.calls.pop()
+            self._out = [d for d in self._out if not (
+                "tool_calls" in d and d["tool_calls"][0]["index"] == len(self.calls))]
+            self._buf = ""
+            self._state, self._skip_ws = "text", True
 
     # -- output -----------------------------------------------------------------------------
 

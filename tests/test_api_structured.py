@@ -110,7 +110,8 @@ def test_llama_server_and_vllm_fields(client, field, value, check):
 @pytest.mark.parametrize("parallel", [False, True])
 def test_tool_choice_required_returns_valid_arguments(client, parallel):
     """One call (parallel_tool_calls false: the grammar ends after it), or several (a noise
-    model keeps calling until max_tokens: every complete call still validates)."""
+    model may open another call, possibly cut by max_tokens: every complete call still
+    validates)."""
     for seed in range(3):
         r = client.chat.completions.create(
             model="m", messages=[{"role": "user", "content": "Weather in Paris?"}],

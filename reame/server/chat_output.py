@@ -36,7 +36,10 @@ class ChatOutput:
             self.reasoning_parts.append(r)
         return out + self._content(c)
 
-    def finish(self) -> list[dict]:
+    def finish(self, finish_reason: str | None = None) -> list[dict]:
+        """The held-back rest. finish_reason "length" (cut by max_tokens): tool-call markup
+        that never became a whole call is dropped, not turned into content, and a call whose
+        arguments were cut is not among `calls` (reame/toolcalls.py)."""
         out = []
         if self.reason is not None:
             r, c = self.reason.finish()
@@ -45,7 +48,7 @@ class ChatOutput:
                 out.append({"reasoning_content": r})
             out += self._content(c)
         if self.tools is not None:
-            tail = self.tools.finish()
+            tail = self.tools.finish(truncated=finish_reason == "length")
             self.content_parts += [d["content"] for d in tail if "content" in d]
             out += tail
         return out

@@ -272,7 +272,7 @@ class Job:
                 message = {"role": "assistant", "content": ch.text, "refusal": None}
                 if ch.out is not None:
                     ch.out.feed(ch.text)
-                    ch.out.finish()
+                    ch.out.finish(reason)
                     message = ch.out.message()
                     if ch.out.calls and reason == "stop":
                         reason = "tool_calls"
@@ -341,7 +341,7 @@ class Job:
                 if ch.out is not None:                # reasoning / tool calls split apart
                     deltas = ch.out.feed(text)
                     if finish:
-                        deltas += ch.out.finish()
+                        deltas += ch.out.finish(finish)
                     for i, d in enumerate(deltas):
                         yield self._chunk([self._delta_chunk(ch, d, lp if i == 0 else [])])
                     if lp and not deltas:

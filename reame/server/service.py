@@ -67,6 +67,9 @@ class OutputPlan:
     think: bool = False                  # split reasoning_content
     started_in_think: bool = False
     tool_format: object = None           # reame.toolcalls.ToolFormat: parse tool calls
+    # the grammar is the tool-call format: once a call is complete, another follows only if
+    # the model itself writes it (Generation.end_outside_grammar)
+    end_outside_grammar: bool = False
 
 
 class ModelService:
@@ -236,6 +239,7 @@ class ModelService:
                 if lark is not None:
                     plan.grammar = structured.compile_grammar(structured.lark(lark), self.tok,
                                                               "tool-call grammar")
+                    plan.end_outside_grammar = True
             except (toolcalls.ToolChoiceError, structured.GrammarError) as e:
                 raise invalid("tool_choice", f"The tools could not be used: {e}",
                               "invalid_tools") from None
@@ -269,6 +273,7 @@ class ModelService:
                 gens.append(Generation(
                     self.tok, ids, p, max_tokens=req.max_tokens, n_ctx=self.n_ctx,
                     ignore_eos=req.ignore_eos, detokenize=False,
+                    end_outside_grammar=plan.end_outside_grammar,
                     constraint=Constraint(plan.grammar, self.tok) if plan.grammar else None))
                 if predicted:
                     gens[-1].prediction = ids[-3:] + predicted

@@ -50,7 +50,15 @@ _TOK_LOCK = threading.Lock()
 
 class _Vocab:
     """What llguidance's TokenizerWrapper reads: token bytes (control tokens marked with a
-    leading 0xff, so grammars never produce them as text), EOS and a tokenize function."""
+    leading 0xff, so grammars never produce them as text), EOS and a tokenize function.
+
+    The tokenize function must return ids whose bytes are exactly the bytes asked for:
+    llguidance tokenizes the text a grammar forces (the "{" of a JSON object, the rest of a
+    choice) and checks each forced token against the grammar. The forced text continues the
+    output, so it is tokenized without SentencePiece's space prefix (with it, "{" became
+    "▁" "{" and the first token broke the grammar: the HTTP 500 of issue 28); where a
+    vocabulary's rules still change the bytes (whitespace that a special token's lstrip/rstrip
+    flag swallows), the longest-match tokenization of the bytes is returned instead."""
 
     def __init__(self, tok):
         self._tok = tok
@@ -60,9 +68,38 @@ class _Vocab:
         self.eos_token_id = tok.eos_id if tok.eos_id is not None else min(tok.eog_ids)
         self.bos_token_id = tok.bos_id
         self.special_token_ids = [i for i in range(n) if tok.is_special(i)]
+        self._by_bytes: dict[bytes, int] | None = None     # for greedy(), built when needed
 
     def __call__(self, data: bytes) -> list[int]:
-        return self._tok.encode(data.decode("utf-8", "replace"), add_special=False)
+        ids = self._tok.encode(data.decode("utf-8", "replace"), add_special=False,
+                               space_prefix=False)
+        if b"".join(self.tokens[i] for i in ids) == data:
+            return ids
+        return self.greedy(data)
+
+    def greedy(self, data: bytes) -> list[int]:
+        """Longest-match tokenization of `data` over the non-control tokens (bytes no token
+        spells are left out)."""
+        if self._by_bytes is None:
+            from .tokenizer.vocab import ATTR_BYTE
+            attrs = self._tok.vocab.attrs
+            by: dict[bytes, int] = {}
+            for i, b in enumerate(self.tokens):
+                if b and b[0] != 0xff and (b not in by or attrs[by[b]] & ATTR_BYTE):
+                    by[b] = i                      # a piece ("a") wins over a byte token (<0x61>)
+            self._by_bytes = by
+            self._longest = max(map(len, by), default=1)
+        by, out, i = self._by_bytes, [], 0
+        while i < len(data):
+            for k in range(min(self._longest, len(data) - i), 0, -1):
+                t = by.get(data[i:i + k])
+                if t is not None:
+                    out.append(t)
+                    i += k
+                    break
+            else:
+                i += 1
+        return out
 
 
 def lltokenizer(tok):
@@ -92,15 +129,117 @@ class Grammar:
 JSON_STYLE = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
 
 
-def json_schema(schema) -> str:
+def json_schema(schema, open_objects: bool = False) -> str:
+    """The grammar of `schema`. Objects are closed (`close_objects`) unless `open_objects`."""
     if not isinstance(schema, (dict, bool)):
         raise GrammarError("a JSON schema must be an object")
+    if isinstance(schema, dict) and not open_objects:
+        schema = close_objects(schema)
     try:
         return _llg().LLMatcher.grammar_from_json_schema(
             schema if isinstance(schema, dict) else {} if schema else {"not": {}},
             defaults=JSON_STYLE)
     except ValueError as e:
         raise GrammarError(f"invalid JSON schema: {e}") from None
+
+
+# keywords whose values are subschemas: a map of them, one, or a list of them
+_SCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
+_SCHEMA_ONE = ("additionalProperties", "unevaluatedProperties", "items", "additionalItems",
+               "contains", "not", "if", "then", "else", "propertyNames", "unevaluatedItems")
+_SCHEMA_LISTS = ("allOf", "anyOf", "oneOf", "prefixItems", "items")
+_APPLICATORS = ("allOf", "anyOf", "oneOf")
+
+
+def close_objects(schema: dict) -> dict:
+    """`schema` with every object that lists its properties closed: `additionalProperties:
+    false` wherever a schema has `properties` or `patternProperties` and says nothing of
+    `additionalProperties` / `unevaluatedProperties` (as llama.cpp does, and vLLM's guidance
+    backend with `disable_additional_properties`). JSON Schema's default is open, but a
+    model then invents keys, which clients reading the object into a type refuse; an object
+    the schema opens (`additionalProperties: true` or a schema) stays open, one without
+    `properties` (`{"type": "object"}`, JSON mode) is any object. Closed, an object has each
+    key at most once (llguidance writes the listed properties in order).
+
+    Keys an object gets from its `allOf` / `anyOf` / `oneOf` members stay allowed: a closed
+    object allows its members' properties, a closed member its object's (and, in `allOf`, its
+    siblings'), so that closing never makes a schema's valid objects invalid. A `$ref` target
+    that is such a member (of an `allOf` with others, or of an object with properties) is left
+    open: the keys of the objects using it are not known there. Returns a copy; `schema` is
+    not changed."""
+    root = schema
+    shared_refs: set[str] = set()
+
+    def props(s) -> set[str]:
+        """Property names a member declares (through one local $ref)."""
+        if isinstance(s, dict) and isinstance(s.get("$ref"), str):
+            s = _resolve(root, s["$ref"]) or s
+        p = s.get("properties") if isinstance(s, dict) else None
+        return set(p) if isinstance(p, dict) else set()
+
+    def find_shared(s) -> None:
+        if isinstance(s, dict):
+            for k in _APPLICATORS:
+                members = s.get(k)
+                if isinstance(members, list) and (k == "allOf" and len(members) > 1
+                                                  or "properties" in s):
+                    shared_refs.update(m["$ref"] for m in members if isinstance(m, dict)
+                                       and isinstance(m.get("$ref"), str))
+            for v in s.values():
+                find_shared(v)
+        elif isinstance(s, list):
+            for v in s:
+                find_shared(v)
+
+    def close(s, outside: frozenset, path: str):
+        if not isinstance(s, dict):
+            return s
+        out = dict(s)
+        own = set(s["properties"]) if isinstance(s.get("properties"), dict) else set()
+        for k in _SCHEMA_MAPS:
+            if isinstance(s.get(k), dict):
+                out[k] = {n: close(v, frozenset(), f"{path}/{k}/{n}") for n, v in s[k].items()}
+        for k in _SCHEMA_ONE:
+            if isinstance(s.get(k), dict):
+                out[k] = close(s[k], frozenset(), f"{path}/{k}")
+        members_props = set()
+        for k in _SCHEMA_LISTS:
+            v = s.get(k)
+            if not isinstance(v, list):
+                continue
+            if k in _APPLICATORS:
+                each = [props(m) for m in v]
+                members_props.update(*each)
+                both = set().union(*each) if k == "allOf" else set()
+                out[k] = [close(m, frozenset(outside | own | both), f"{path}/{k}/{i}")
+                          for i, m in enumerate(v)]
+            else:
+                out[k] = [close(m, frozenset(), f"{path}/{k}/{i}") for i, m in enumerate(v)]
+        if (("properties" in s or "patternProperties" in s) and path not in shared_refs
+                and "additionalProperties" not in s and "unevaluatedProperties" not in s
+                and isinstance(s.get("properties", {}), dict)):
+            extra = (outside | members_props) - own
+            if extra:
+                out["properties"] = {**out.get("properties", {}), **{n: {} for n in
+                                                                    sorted(extra)}}
+            out["additionalProperties"] = False
+        return out
+
+    find_shared(schema)
+    return close(schema, frozenset(), "#")
+
+
+def _resolve(root: dict, ref: str):
+    """The local schema a "#/..." reference points at, or None."""
+    if not ref.startswith("#"):
+        return None
+    node = root
+    for part in ref[1:].split("/")[1:] if ref != "#" else []:
+        part = part.replace("~1", "/").replace("~0", "~")
+        if not isinstance(node, dict) or part not in node:
+            return None
+        node = node[part]
+    return node if isinstance(node, dict) else None
 
 
 def json_object() -> str:

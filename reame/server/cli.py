@@ -82,6 +82,11 @@ def add_serve_command(subparsers) -> None:
                    help="auto: the <think> block of reasoning models goes to "
                         "'reasoning_content'; none: it stays in 'content' "
                         "(default: $REAME_REASONING_FORMAT or auto)")
+    p.add_argument("--additional-properties", default=None, choices=("closed", "open"),
+                   help="closed: a JSON-schema object (response_format, guided_json, tool "
+                        "arguments) with 'properties' gets no other key unless its schema has "
+                        "'additionalProperties'; open: JSON Schema's default, any key "
+                        "(default: $REAME_ADDITIONAL_PROPERTIES or closed)")
     p.add_argument("--adaptive", default=None, choices=("on", "off", "frozen"),
                    help="on: tune kernels, batch and speculation on live traffic and keep what "
                         "wins (a saved strategy is the starting point); off: the built-in "
@@ -162,6 +167,7 @@ def cmd_serve(args) -> int:
         body_timeout=args.body_timeout, send_timeout=args.send_timeout,
         send_buffer=args.send_buffer, pooling=args.pooling,
         reasoning_format=args.reasoning_format, adaptive=args.adaptive, strategy=args.strategy,
+        additional_properties=args.additional_properties,
         adaptive_dir=args.adaptive_dir, adaptive_boot=args.adaptive_boot,
         adaptive_report=args.adaptive_report, tpot_limit=args.tpot_limit, pin=pin,
         speculate=args.speculate, speculate_tokens=args.speculate_tokens)

@@ -44,6 +44,9 @@ class ServerConfig:
     cors_origins: str | None = None     # "*" or a comma list of origins allowed by CORS; None: off
     pooling: str | None = None          # /v1/embeddings: mean | last (None: the model's metadata)
     reasoning_format: str = "auto"      # auto: <think> blocks -> reasoning_content; none: kept
+    # JSON schemas (and tool parameters): closed = an object with properties has no other key
+    # unless its schema allows them (llama.cpp's, vLLM's default); open = JSON Schema's rule
+    additional_properties: str = "closed"
     # on: tune on live traffic, starting from the saved strategy (or a start-up benchmark);
     # off: the built-in defaults, nothing measured or loaded; frozen: the saved strategy (or
     # `strategy`, a file) unchanged
@@ -78,6 +81,7 @@ class ServerConfig:
         "send_buffer": "REAME_SEND_BUFFER",
         "max_connections": "REAME_MAX_CONNECTIONS", "cors_origins": "REAME_CORS_ORIGINS",
         "pooling": "REAME_POOLING", "reasoning_format": "REAME_REASONING_FORMAT",
+        "additional_properties": "REAME_ADDITIONAL_PROPERTIES",
         "adaptive": "REAME_ADAPTIVE", "adaptive_dir": "REAME_ADAPTIVE_DIR",
         "strategy": "REAME_STRATEGY",
         "adaptive_boot": "REAME_ADAPTIVE_BOOT", "adaptive_report": "REAME_ADAPTIVE_REPORT",
@@ -176,6 +180,8 @@ class ServerConfig:
             raise ReameError("pooling must be mean or last")
         if self.reasoning_format not in ("auto", "none"):
             raise ReameError("reasoning_format must be auto or none")
+        if self.additional_properties not in ("closed", "open"):
+            raise ReameError("additional_properties must be closed or open")
         if self.adaptive not in ("on", "off", "frozen"):
             raise ReameError("adaptive must be on, off or frozen")
         if self.strategy:

@@ -115,13 +115,15 @@ def _choices(v, param: str) -> list[str]:
     return v
 
 
-def compile_guided(spec: GuidedSpec, tok) -> S.Grammar:
-    """The checked grammar (400 naming the field if llguidance refuses it)."""
+def compile_guided(spec: GuidedSpec, tok, open_objects: bool = False) -> S.Grammar:
+    """The checked grammar (400 naming the field if llguidance refuses it). A JSON schema's
+    objects are closed (structured.close_objects) unless `open_objects` (the server's
+    --additional-properties open)."""
     try:
         if spec.kind == "json_object":
             src = S.json_object()
         elif spec.kind == "json_schema":
-            src = S.json_schema(spec.source)
+            src = S.json_schema(spec.source, open_objects)
         elif spec.kind == "regex":
             src = S.regex(spec.source)
         elif spec.kind == "choice":
@@ -141,6 +143,18 @@ def compile_guided(spec: GuidedSpec, tok) -> S.Grammar:
 
 
 # ---- tools ----
+
+def closed_tools(tools: list[dict]) -> list[dict]:
+    """The tools with their `parameters` schemas closed (structured.close_objects), for the
+    tool-call grammar: constrained arguments carry no key the function does not declare."""
+    out = []
+    for t in tools:
+        f = t.get("function") if isinstance(t, dict) else None
+        if isinstance(f, dict) and isinstance(f.get("parameters"), dict):
+            t = {**t, "function": {**f, "parameters": S.close_objects(f["parameters"])}}
+        out.append(t)
+    return out
+
 
 @dataclass
 class ToolSpec:

@@ -204,6 +204,11 @@ class ModelService:
 
     # ---- what the output is made of ----
 
+    @property
+    def open_objects(self) -> bool:
+        """--additional-properties open: JSON-schema objects keep JSON Schema's open default."""
+        return self.config.additional_properties == "open"
+
     def output_plan(self, req: GenerationRequest, prompts: list[list[int]]) -> OutputPlan:
         """The grammar constraining the output (an output constraint of the request, or the
         tool-call format for tool_choice 'required' / a function), the control tokens whose
@@ -211,10 +216,10 @@ class ModelService:
         response is split (reasoning_content, tool_calls). 400 for a grammar that cannot be
         used."""
         from .. import reasoning, structured, toolcalls
-        from .guided import compile_guided
+        from .guided import closed_tools, compile_guided
         plan = OutputPlan()
         if req.guided is not None:
-            plan.grammar = compile_guided(req.guided, self.tok)
+            plan.grammar = compile_guided(req.guided, self.tok, self.open_objects)
         if req.kind != "chat" or self.template is None:
             return plan
         source = getattr(self.template, "source", None)
@@ -234,7 +239,8 @@ class ModelService:
             try:
                 choice = t.choice if t.choice in ("auto", "required") else \
                     {"type": "function", "function": {"name": t.choice}}
-                lark = fmt.grammar(t.tools, choice, t.parallel, special_tokens=specials,
+                tools = t.tools if self.open_objects else closed_tools(t.tools)
+                lark = fmt.grammar(tools, choice, t.parallel, special_tokens=specials,
                                    thinking=thinking)
                 if lark is not None:
                     plan.grammar = structured.compile_grammar(structured.lark(lark), self.tok,

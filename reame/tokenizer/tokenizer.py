@@ -8,8 +8,10 @@ Encoding follows llama.cpp's `llama_vocab::impl::tokenize`:
    user text that spells `<|im_end|>` stays plain text unless the caller asks otherwise.
    Tokens flagged lstrip/rstrip swallow adjacent ASCII whitespace.
 2. Each text fragment goes to the model: SPM gets a leading space when it starts the text or
-   follows a special token (the "add space prefix" rule), spaces escaped to "▁"; BPE gets the
-   pre-tokenizer named by `tokenizer.ggml.pre` (Gemma 4-style BPE with its spaces escaped to "▁").
+   follows a special token (the "add space prefix" rule; `space_prefix=False` drops it for text
+   that continues earlier text, as a grammar's forced bytes do), spaces escaped to "▁"; BPE gets
+   the pre-tokenizer named by `tokenizer.ggml.pre` (Gemma 4-style BPE with its spaces escaped to
+   "▁").
 3. BOS/EOS are added as the GGUF's add_bos/add_eos flags say (llama.cpp's defaults when absent).
 
 Python strings may hold lone surrogates (U+D800..U+DFFF), which are not encodable text: they are
@@ -142,19 +144,23 @@ class Tokenizer:
     # -- encoding -------------------------------------------------------------------------
 
     def encode(self, text: str, add_special: bool | None = None,
-               parse_special: bool = False) -> list[int]:
+               parse_special: bool = False, space_prefix: bool = True) -> list[int]:
         """Token ids of `text`.
 
         add_special: None or True -> BOS/EOS as the GGUF flags say; False -> neither.
         parse_special: match control tokens written in the text (as chat templates write
         them); off by default so user text cannot produce control tokens.
+        space_prefix: False for text that continues earlier text (a grammar's forced bytes):
+        SentencePiece's "add space prefix" rule puts no space anywhere, so the ids' bytes are
+        the text's own (no effect on vocabularies without the rule).
         """
         if not isinstance(text, str):
             raise TypeError(f"encode() takes str, not {type(text).__name__}")
-        return self.encode_segments([(text, parse_special)], add_special)
+        return self.encode_segments([(text, parse_special)], add_special, space_prefix)
 
     def encode_segments(self, segments: list[tuple[str, bool]],
-                        add_special: bool | None = None) -> list[int]:
+                        add_special: bool | None = None,
+                        space_prefix: bool = True) -> list[int]:
         """Token ids of the concatenation of `segments`, each `(text, parse_special)`: special
         tokens are matched only inside segments that allow it, and never across a segment
         boundary; plain text is tokenized as one run, exactly as `encode` of the whole would.
@@ -184,7 +190,7 @@ class Tokenizer:
                 else:
                     out.append(frag)
         else:
-            prefix = v.add_space_prefix
+            prefix = v.add_space_prefix and space_prefix
             prev_special = True
             for frag in fragments:
                 if isinstance(frag, str):

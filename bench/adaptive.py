@@ -14,7 +14,7 @@ model with 2 threads in every phase):
 - documents: a unique 700-1400 token document and a question, 24 output tokens;
 - agentic: bursts (a burst of 2-6 requests at each Poisson arrival) sharing one ~600-token tool
   prefix plus a unique 10-30 token task, 32 output tokens;
-- mixed (not in the default list): the long-document + chat mix, each arrival a document
+- mixed (not in the default list; 2 req/s): the long-document + chat mix, each arrival a document
   (as above) with probability 0.25, else a chat: chats decode while documents are computed,
   the steps where the prompt budget sets their time per output token (docs/adaptive.md, the
   token budget).
@@ -30,7 +30,8 @@ latency per output token (TPOT: (latency - TTFT) / (tokens - 1)) of the requests
 the window; per phase, the steady state (its second half): tok/s, p95 TPOT and p95 latency; the
 first minute; after each change of phase, the time until the window tok/s stays within 10% of
 the phase's steady state (re-convergence). The adaptive run's GET /v1/adaptive report is kept.
-The table is printed; JSON to --json; the plot (tok/s and p95 TPOT over time, both runs; needs
+The adaptive runs' reports are also taken as each phase ends (what the token budget did there:
+a line per phase under the table). The table is printed; JSON to --json; the plot (tok/s and p95 TPOT over time, both runs; needs
 matplotlib, the `bench` extra) to --plot; --markdown puts a dated section between
 <!-- adaptive:begin --> and <!-- adaptive:end -->.
 """
@@ -44,6 +45,7 @@ import random
 import shlex
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -55,7 +57,7 @@ PHASES = {                     # name -> (default rate req/s, output tokens)
     "chat": (2.5, 64),
     "documents": (0.45, 24),
     "agentic": (5.0, 32),
-    "mixed": (1.2, None),      # a document (24 tokens out) or a chat (64)
+    "mixed": (2.0, None),      # a document (24 tokens out) or a chat (64)
 }
 DOC_SHARE = 0.25               # of the mixed phase's arrivals
 QUICK = dict(phase_seconds=20.0, window=5.0)
@@ -195,15 +197,16 @@ def summarize(records: list[dict], phases: list[str], seconds: float, window: fl
             "requests": len(records), "ok": len(ok)}
 
 
-def budget_line(run: dict) -> str | None:
-    """What the token budget did in a run (its GET /v1/adaptive report), for the table."""
-    b = (run.get("report") or {}).get("budget")
+def budget_line(run: dict, report: dict | None = None, label: str | None = None) -> str | None:
+    """What the token budget did in a run (its GET /v1/adaptive report, or `report`: the one
+    taken as a phase ended), for the table."""
+    b = ((report if report is not None else run.get("report")) or {}).get("budget")
     if not b or not b.get("moving"):
         return None
     m = b.get("model") or {}
     fit = (f"step {m['step_ms']:.1f} ms + {m['per_decode_token_ms']:.2f} ms per decode token "
            f"+ {m['per_prompt_token_ms']:.2f} ms per prompt token" if m else "no fit")
-    return (f"{run['label']}: token budget for a {b['tpot_limit_s']:g} s step: {fit} "
+    return (f"{label or run['label']}: token budget for a {b['tpot_limit_s']:g} s step: {fit} "
             f"(margin {b['margin']:.2f}); beside a full batch, {b['prompt_budget_at_max_batch']} "
             f"prompt tokens a step (configured {b['configured']['prefill_chunk']}); steps with "
             f"decode and prompt tokens: p95 {_f(b['mixed_step_p95_s'], '.3f')} s, median "
@@ -239,7 +242,13 @@ def table(runs: list[dict]) -> str:
                      f"{_f(s['tok_s'] / base['tok_s'] if base['tok_s'] else None)}x | "
                      f"{s['first_minute_tok_s']:.1f} | "
                      f"{_f(s['first_minute_tok_s'] / base['first_minute_tok_s'] if base['first_minute_tok_s'] else None)}x |")
-    budgets = [x for x in map(budget_line, runs) if x]
+    budgets = []
+    for run in runs:
+        phases = run.get("phase_reports") or []
+        names = [p["phase"] for p in run["summary"]["phases"]]
+        lines_ = ([budget_line(run, rep, f"{run['label']}, end of {name}")
+                   for name, rep in zip(names, phases) if rep] if phases else [budget_line(run)])
+        budgets += [x for x in lines_ if x]
     if budgets:
         lines += [""] + [f"- {x}" for x in budgets]
     return "\n".join(lines)
@@ -337,10 +346,21 @@ def main(argv=None) -> int:
             name = model_id(url)
             sbody = {**body, "model": name} if name else body
             warm_up(url, {**sbody, "max_tokens": 8})
+            phase_reports = [None] * len(a.phases)     # GET /v1/adaptive as each phase ends
+
+            def take(k, url=url, out=phase_reports):
+                out[k] = fetch_report(url)
+            timers = [threading.Timer((k + 1) * a.phase_seconds - 2.0, take, (k,))
+                      for k in range(len(a.phases))]
+            for t in timers:
+                t.start()
             records = asyncio.run(replay(url, trace, sbody, a.phase_seconds))
+            for t in timers:
+                t.join()
             report = fetch_report(url)
         s = summarize(records, a.phases, a.phase_seconds, a.window)
         runs.append({"label": label, "mode": mode, "summary": s, "report": report,
+                     "phase_reports": phase_reports,
                      "requests": records})
         print(table(runs).split("\n\n")[0].splitlines()[-len(a.phases):][0], flush=True)
 

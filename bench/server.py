@@ -13,7 +13,9 @@ same batch at the same positions in a process of its own with the server's threa
 after each wave while the server idles: what the server would deliver if serving cost nothing.
 Waves and engine runs alternate for `--rounds` rounds (this machine is shared and noisy) and the
 best of each is compared (issue 27's target: server / engine >= 0.9 at 16 clients). The server
-is measured once its start-up benchmark (which runs in its idle time) has ended.
+is measured once its start-up benchmark (which runs in its idle time) has ended. The clients
+run at nice 19 (`--client-nice`): on this 2-vCPU machine they share the server's cores, which a
+deployment's remote clients do not.
 JSON goes to bench/results/server.json.
 """
 
@@ -52,6 +54,8 @@ def main(argv=None) -> int:
     ap.add_argument("--no-engine-baseline", dest="engine_baseline", action="store_false")
     ap.add_argument("--json", default=str(REPO / "bench" / "results" / "server.json"))
     ap.add_argument("--worker-engine", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--client-nice", type=int, default=19, help="nice of the client threads "
+                    "(0: compete with the server for the cores)")
     ap.add_argument("--rounds", type=int, default=3, help="server waves and engine runs "
                     "alternate this many times; the best of each is compared")
     a = ap.parse_args(argv)
@@ -118,6 +122,13 @@ def main(argv=None) -> int:
             # the engine alone in its own process, idle while the server is measured and the
             # other way round; at the positions of the middle of the streams just served
             engine = EngineWorker(path, a, concs)
+        if a.client_nice:
+            # the clients (this process, after the server and the engine worker started) at a
+            # lower priority: on a machine whose cores all compute the server's step, the
+            # clients' own parsing of the streams would take a core from it, which a real
+            # deployment's clients on other machines do not; they read what the socket holds
+            # when a core is free, so the rates over a window stay what the server sent
+            os.nice(a.client_nice)
         results = {c: [] for c in concs}
         for rnd in range(a.rounds):
             for conc in concs:

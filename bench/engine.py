@@ -125,14 +125,7 @@ def worker_reame(a) -> dict:
         for s in range(B):
             prefill(s, short)
         cur = [int(x) for x in prompt_tokens(c.n_vocab, B, seed=B)]
-        pos = [len(short)] * B
-        steps = max(8, a.gen // 4)
-        t = time.perf_counter()
-        for _ in range(steps):
-            logits = eng.forward(Batch.decode(cur, pos, list(range(B))))
-            cur = [int(r.argmax()) for r in logits]
-            pos = [p + 1 for p in pos]
-        agg[str(B)] = B * steps / (time.perf_counter() - t)
+        agg[str(B)] = decode_rate(eng, cur, len(short), max(8, a.gen // 4))
     out["batch_decode_tps"] = agg
     eng.close()
     out["peak_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
@@ -171,6 +164,20 @@ def worker_llama(a) -> dict:
 
 
 # ---------------------------------------------------------------------------------- driver
+def decode_rate(eng, tokens: list[int], position: int, steps: int) -> float:
+    """Aggregate tok/s of len(tokens) sequences (slots 0..B-1, filled up to `position`)
+    decoding `steps` steps, each token the argmax of its row (sampled in Python)."""
+    from reame.batch import Batch
+    B = len(tokens)
+    cur, pos = list(tokens), [position] * B
+    t = time.perf_counter()
+    for _ in range(steps):
+        logits = eng.forward(Batch.decode(cur, pos, list(range(B))))
+        cur = [int(r.argmax()) for r in logits]
+        pos = [p + 1 for p in pos]
+    return B * steps / (time.perf_counter() - t)
+
+
 def run_worker(python: str, kind: str, model: Path, a, env_extra: dict | None = None,
                validate: bool = False) -> dict:
     cmd = [python, "-m", "bench.engine", "--worker", kind, "--model", str(model),

@@ -240,6 +240,7 @@ def engine_worker(a) -> int:
     one JSON line out."""
     import numpy as np
 
+    from bench.engine import decode_rate
     from reame.batch import Batch
     from reame.engines import create_engine
     from reame.model import load_model
@@ -257,17 +258,11 @@ def engine_worker(a) -> int:
         for s in range(B):
             for c in range(0, pos0, eng.max_tokens):
                 eng.forward(Batch.prefill(prompt[c:c + eng.max_tokens], c, s))
-        cur, pos = [int(t) for t in rng.integers(100, model.config.n_vocab - 1, B)], [pos0] * B
+        cur = [int(t) for t in rng.integers(100, model.config.n_vocab - 1, B)]
         for _ in range(3):                                   # warm the batch's program
-            eng.forward(Batch.decode(cur, pos, list(range(B))))
-        steps = max(16, a.max_tokens // 2)
-        t = time.perf_counter()
-        for _ in range(steps):
-            logits = eng.forward(Batch.decode(cur, pos, list(range(B))))
-            cur = [int(r.argmax()) for r in logits]
-            pos = [p + 1 for p in pos]
-        print(json.dumps({"threads": eng.threads, "tok_s": B * steps / (time.perf_counter() - t)}),
-              flush=True)
+            eng.forward(Batch.decode(cur, [pos0] * B, list(range(B))))
+        rate = decode_rate(eng, cur, pos0, max(16, a.max_tokens // 2))
+        print(json.dumps({"threads": eng.threads, "tok_s": rate}), flush=True)
     eng.close()
     return 0
 

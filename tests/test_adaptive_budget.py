@@ -30,20 +30,34 @@ def params(max_batch=16):
     return SchedulerParams(max_batch=max_batch, token_budget=512, prefill_chunk=512)
 
 
-def saturated(ctl, steps, decode=16, cost=law, noise=0.0, seed=0):
-    """Steps with `decode` decoding sequences and prompts always waiting: each takes what the
-    planner would give the prompts (the chunk, within the budget less the decode tokens).
-    Returns [(prompt tokens, seconds)] per step; every choice passes SchedulerParams.check."""
+def saturated(ctl, steps, decode=16, cost=law, noise=0.0, seed=0, ratio=None):
+    """Steps with `decode` decoding sequences (a quarter fewer at times: sequences finish and
+    are replaced) and prompts always waiting: each takes what the planner would give the
+    prompts (the chunk, within the budget less the decode tokens), or on a quarter of the
+    steps part of it (a prompt ends in the step). `ratio`: the traffic's
+    prompt tokens per generated token (None: one token per decoding sequence). Returns
+    [(decode, prompt tokens, seconds, the chunk it ran with)] per step; every choice passes
+    SchedulerParams.check."""
     rng = random.Random(seed)
     p, out = ctl.params, []
+    d = decode
     for _ in range(steps):
-        prompt = min(p.prefill_chunk, p.token_budget - decode)
-        seconds = cost(decode, prompt) * (1 + noise * (2 * rng.random() - 1))
-        ctl.observe(decode, prompt, seconds, p.prefill_chunk)
-        ctl.choose(decode, running=decode + 2)
+        prompt = min(p.prefill_chunk, p.token_budget - d)
+        if rng.random() < 0.25:
+            prompt = rng.randint(1, prompt)
+        seconds = cost(d, prompt) * (1 + noise * (2 * rng.random() - 1))
+        ctl.observe(d, prompt, seconds, p.prefill_chunk,
+                    sampled=None if ratio is None else prompt / ratio)
+        out.append((d, prompt, seconds, p.prefill_chunk))
+        d = decode - rng.randint(0, decode // 4)
+        ctl.choose(d, running=decode + 2)
         p.check(512, 64)
-        out.append((prompt, seconds))
     return out
+
+
+def best(d, cost_per_prompt=0.002):
+    """The most prompt tokens a step of `law` with d decoding fits under the limit."""
+    return (LIMIT - law(d, 0)) / cost_per_prompt
 
 
 def p95(xs):
@@ -64,9 +78,10 @@ def test_the_budget_shrinks_until_decode_steps_are_under_the_limit(noise):
     ctl = BudgetController(params(), tpot_limit=LIMIT, engine_tokens=512)
     steps = saturated(ctl, 400, noise=noise)
     tail = steps[-200:]
-    assert p95([s for _, s in tail]) <= LIMIT
-    best = (LIMIT - law(16, 0)) / 0.002                  # 83 prompt tokens fit exactly
-    assert (0.8 if noise else 0.97) * best <= min(p for p, _ in tail) <= best + 1
+    assert p95([s for _, _, s, _ in tail]) <= LIMIT
+    for d, _, _, chunk in tail:                  # 83 prompt tokens fit beside 16 exactly
+        assert (0.8 if noise else 0.97) * best(d) <= chunk <= best(d) + 1
+    ctl.choose(16)
     chunk = ctl.params.prefill_chunk             # the fit is right where it budgets
     assert ctl.predict(16, chunk) == pytest.approx(law(16, chunk), rel=0.05 if noise else 1e-3)
     assert ctl.margin * ctl.predict(16, chunk) <= LIMIT
@@ -74,15 +89,17 @@ def test_the_budget_shrinks_until_decode_steps_are_under_the_limit(noise):
 
 def test_it_follows_a_change_of_cost():
     """Prompt tokens cost twice as much for a while (longer contexts, another load on the
-    machine), then as before: the steps are back under the limit within 50 steps and the
-    budget grows back within 300. Catches a budget that only ever shrinks and one that leaves
-    out the margin (the steps stay over the limit while the fit catches up)."""
+    machine), then as before: the steps are back under the limit within 100 (its predictions
+    miss by a third: the fit forgets the old cost at once) and the budget grows back within
+    300. Catches a fit that does not see the change (the old and new costs mixed for a
+    half-life: the throughput floor, trusting its inflated fixed cost, holds the steps over
+    the limit), a budget that only ever shrinks and one that leaves out the margin."""
     ctl = BudgetController(params(), tpot_limit=LIMIT, engine_tokens=512, floor=16)
     saturated(ctl, 300)
     before = ctl.params.prefill_chunk
     slow = lambda d, p: 0.02 + 0.004 * d + 0.004 * p          # noqa: E731
     steps = saturated(ctl, 300, cost=slow)
-    assert p95([s for _, s in steps[50:]]) <= LIMIT
+    assert p95([s for _, _, s, _ in steps[100:]]) <= LIMIT
     assert ctl.params.prefill_chunk < 0.6 * before
     saturated(ctl, 300)
     assert ctl.params.prefill_chunk >= 0.9 * before
@@ -111,28 +128,44 @@ def test_never_below_the_floor_and_the_full_budget_when_nothing_decodes():
     heavy = lambda d, p: 0.3 + 0.01 * d + 0.002 * p           # noqa: E731
     ctl = BudgetController(params(), tpot_limit=LIMIT, engine_tokens=512)
     steps = saturated(ctl, 100, cost=heavy)
-    assert min(p for p, _ in steps) == 64 and steps[-1][0] == 64
+    assert min(chunk for *_, chunk in steps) >= 64
     ctl.choose(0, running=3)
     assert (ctl.params.token_budget, ctl.params.prefill_chunk) == (512, 512)
     ctl.choose(16, running=16)
-    assert ctl.params.prefill_chunk == 64 and ctl.params.token_budget - 16 >= 64
+    assert ctl.params.prefill_chunk >= 64 and ctl.params.token_budget - 16 >= 64
+    ctl.max_loss = 1.0                                    # (the throughput floor aside)
+    ctl.choose(16, running=16)
+    assert ctl.params.prefill_chunk == 64
 
 
-def test_a_few_decoding_sequences_cost_a_queue_of_prompts_little_throughput():
-    """Two sequences decode beside a queue of long prompts, on this VM's live cost (95 ms a
-    step + 2.4 ms a prompt token: bench/adaptive.py's documents phase, 2026-12-02): the
-    budget still shrinks (steps at most half the full budget's), but only as far as keeps the
-    step's useful share within 2/16 of the full budget's; a full batch of 16 decoding gets
-    the latency target. Catches a budget without that floor (64-token steps: prompts at
-    0.62x the throughput in that run)."""
+def throughput(cost, ratio, prompt, decode, max_batch=16):
+    """Generated tokens a second at saturation with `prompt` tokens a step (the model the
+    floor is built on, with the true cost): R / prompt steps per token when prompts set the
+    pace, 1 / max_batch when decoding does."""
+    steps = max(1 / max_batch, ratio / prompt)
+    per_step = cost(decode, prompt)
+    return 1 / (steps * (per_step - 2.4e-3 * prompt) + ratio * 2.4e-3)
+
+
+def test_where_prompts_set_the_pace_the_budget_costs_at_most_5_percent():
+    """Long documents with short answers (60 prompt tokens per generated one) on this VM's
+    live cost (95 ms a step + 2.4 ms a prompt token: bench/adaptive.py's documents phase,
+    2026-12-02): the budget stops where the modelled throughput is 95% of the configured
+    budget's, its steps still shorter than the configured ones; with chats (3 prompt tokens
+    per generated one) the batch stays fed at the latency target and nothing binds. Catches a
+    budget without the throughput floor (64-token steps: the documents at 0.62x the
+    throughput in that run)."""
     live = lambda d, p: 0.095 + 2.4e-3 * p                    # noqa: E731
     ctl = BudgetController(params(), tpot_limit=LIMIT, engine_tokens=512)
-    steps = saturated(ctl, 300, decode=2, cost=live)
-    prompt, seconds = steps[-1]
-    full = live(2, 510)
-    useful = lambda p: 1 - 0.095 / live(2, p)                 # noqa: E731
-    assert useful(prompt) >= (1 - 2 / 16) * useful(510) - 1e-3
-    assert seconds <= 0.5 * full and prompt < 0.4 * 510
+    steps = saturated(ctl, 300, decode=4, cost=live, ratio=60)
+    d, _, _, prompt = steps[-1]
+    seconds = live(d, prompt)
+    full = throughput(live, 60, 512 - d, d)
+    assert throughput(live, 60, prompt, d) >= 0.94 * full
+    assert seconds <= 0.7 * live(d, 512 - d)
+    ctl = BudgetController(params(), tpot_limit=LIMIT, engine_tokens=512)
+    saturated(ctl, 300, decode=16, cost=live, ratio=3)
+    assert ctl.throughput_floor(16) <= 64
     ctl.choose(16, running=16)
     assert ctl.params.prefill_chunk == 64                     # (0.25 - 0.095) / 2.4 ms < 64
 

@@ -11,9 +11,10 @@ configured:
 
 - `StepFit`: the live cost of a step that carries prompt tokens, fitted on this server's own
   steps: seconds ~ a + b * decode tokens + c * prompt tokens (least squares, coefficients kept
-  non-negative, older steps forgotten with a half-life of `HALF_LIFE` such steps). Steps of
-  decode tokens only are left out: they run in smaller step programs of their own and no budget
-  changes them.
+  non-negative, older steps forgotten with a half-life of `HALF_LIFE` such steps, and at once
+  when the median of its last 16 predictions misses by more than -15%/+18%: another load on
+  the machine, longer contexts). Steps of decode tokens only are left out: they run in smaller
+  step programs of their own and no budget changes them.
 - the margin: observed / predicted seconds of the recent steps carrying both decode and prompt
   tokens (each predicted before it was observed); its 95th percentile (1.0-2.0) scales the
   prediction, so that the target is held at p95 and not on average (a noisy machine gets a
@@ -22,13 +23,14 @@ configured:
   from the step just applied), the largest prompt budget P with margin * (a + b d + c P) <=
   `tpot_limit`, never above the configured chunk and never below two floors that keep prompts
   progressing: `floor` tokens (a 1,400-token document in at most 22 steps at the default 64,
-  however heavy the decode) and the throughput floor: a step's fixed cost `a` is paid per
-  step, so a small step computes fewer prompt tokens a second; the share of the step that is
-  not fixed cost may fall below the full budget's by at most d / max_batch (relatively). A
-  full batch of decoding sequences gets the latency target; two of them beside a queue of
-  long documents give up at most 2/16 of its throughput (measured without this floor on a
-  2-vCPU VM, where a step's fixed cost was ~95 ms live: 64-token steps, 0.62x the documents'
-  throughput). With no sequence decoding, the full budget (there is no token to protect).
+  however heavy the decode) and `throughput_floor`: a step's fixed cost `a` is paid per step,
+  so where prompts, not decoding, set how many steps run, smaller steps cost throughput; the
+  budget gives up at most `max_loss` (5%) of the modelled throughput on the traffic's mix
+  (R, prompt tokens computed per generated token, measured). Measured without it on a 2-vCPU
+  VM, where a step's fixed cost was ~95 ms live: 64-token steps, long documents at 0.62x
+  the throughput. So the limit holds where it is cheap to hold, and where the machine's fixed
+  cost per step makes it dear, the budget stops at the 5%. With no sequence decoding, the
+  full budget (there is no token to protect).
   It sets `SchedulerParams.prefill_chunk = P` and `token_budget = d + P` (within
   [max(max_batch, running sequences), the configured budget]: every decoding sequence still
   gets its token), which the planner reads at every step.
@@ -41,6 +43,7 @@ are saved with the strategy, so a restarted server budgets from its first step.
 from __future__ import annotations
 
 import math
+import statistics
 import threading
 from collections import deque
 
@@ -54,6 +57,10 @@ MIN_STEPS = 8            # prompt-carrying steps observed before the fit is used
 MARGIN0 = 1.1            # the margin before MIN_RATIOS predictions were checked
 MIN_RATIOS = 16
 MARGIN_MAX = 2.0
+MAX_LOSS = 0.05          # of the modelled throughput, the most the budget may cost
+MIX_DECAY = 0.5 ** (1 / 1000)   # R over the last ~1,000 steps
+CHANGE_STEPS = 16        # a median miss of the last 16 predictions outside CHANGE: refit
+CHANGE = (0.85, 1.18)
 RIDGE = 1e-6             # relative: keeps a collinear fit (every step d + p = 512) solvable
 
 
@@ -78,6 +85,14 @@ class StepFit:
         self.yty = k * self.yty + seconds * seconds
         self.weight = k * self.weight + 1.0
         self.count += 1
+        self._coef = None
+
+    def forget(self, keep: float) -> None:
+        """Keep only `keep` of the weight of every step so far (the cost changed)."""
+        self.xtx *= keep
+        self.xty *= keep
+        self.yty *= keep
+        self.weight *= keep
         self._coef = None
 
     def coef(self) -> tuple[float, float, float]:
@@ -118,13 +133,15 @@ class StepFit:
 
 class BudgetController:
     def __init__(self, params, *, tpot_limit: float = 0.25, engine_tokens: int | None = None,
-                 floor: int = 64):
+                 floor: int = 64, max_loss: float = MAX_LOSS):
         self.params = params
         self.tpot_limit = tpot_limit
         self.full_budget = params.token_budget        # the configured (built-in) values
         self.full_chunk = params.prefill_chunk
         self.engine_tokens = engine_tokens or params.token_budget
         self.floor = max(1, min(floor, self.full_chunk))
+        self.max_loss = max_loss
+        self._prompt_sum = self._out_sum = 0.0      # decayed: prompt tokens, generated tokens
         self.fit = StepFit()
         self.prior: tuple[float, float, float] | None = None   # a saved fit
         self.saved_margin: float | None = None
@@ -132,6 +149,8 @@ class BudgetController:
         # steps carrying decode tokens: (seconds, prompt tokens, prefill_chunk it ran with)
         self.recent: deque[tuple[float, int, int, int]] = deque(maxlen=512)
         self.steps = self.shrunk = 0
+        self.changes = 0                # times the fit forgot its past (the cost changed)
+        self._since_change = 0
         self._lock = threading.Lock()
 
     # ---- the model ----
@@ -177,27 +196,43 @@ class BudgetController:
         p = max(math.floor(room / c), self.throughput_floor(decode))
         return max(self.floor, min(self.full_chunk, p))
 
-    def throughput_floor(self, decode: int) -> int:
-        """The fewest prompt tokens that keep the step's useful share (1 - its fixed cost a
-        over its time) within a loss of decode / max_batch of the full budget's: a full batch
-        of decoding sequences gets the latency target whatever it costs, a couple of them
-        beside a queue of long prompts do not cost that queue more than a couple / max_batch
-        of its throughput (a step's fixed cost is paid per step: small steps compute fewer
-        prompt tokens a second)."""
-        a, b, c = self.coef()
-        loss = min(1.0, decode / max(1, self.params.max_batch))
-        full = a + b * decode + c * self.full_chunk
-        keep = (1 - loss) * (1 - a / full)            # the useful share to keep
-        if a <= 0 or keep <= 0:
+    @property
+    def prompt_per_output(self) -> float | None:
+        """R: prompt tokens computed per generated token, over the recent steps (the traffic's
+        mix: 2 for short chats, 50 for long documents with short answers); None before any
+        token was generated."""
+        return self._prompt_sum / self._out_sum if self._out_sum > 0.5 else None
+
+    def throughput_floor(self, decode: int = 0) -> int:
+        """The fewest prompt tokens per step whose modelled throughput on this traffic is at
+        least 1 - max_loss of the configured budget's. Every token costs its work whatever the
+        budget; a step also costs its fixed `a`, and a generated token needs
+        s(P) = max(1 / max_batch, R / P) steps: one per max_batch tokens while decoding sets
+        the number of steps, R / P once prompts do. So a token costs s(P) a + b + R c, and the
+        budget may shrink until that is 1 / (1 - max_loss) of the configured budget's: without
+        cost while P >= R x max_batch (the prompts keep a full batch fed), at most max_loss of
+        the throughput when prompts set the pace (long documents with short answers)."""
+        coef, r = self.coef(), self.prompt_per_output
+        if coef is None or r is None or not self.max_loss < 1:
             return 0
-        return math.ceil((a / (1 - keep) - a - b * decode) / c)
+        a, b, c = coef
+        if a <= 0:
+            return 0
+        per_batch = 1.0 / max(1, self.params.max_batch)
+        work = b + r * c
+        full = max(per_batch, r / self.full_chunk) * a + work
+        steps = (full / (1 - self.max_loss) - work) / a      # the most steps per token
+        return 0 if steps <= 0 else min(self.full_chunk, math.ceil(r / steps))
 
     # ---- every step (the engine thread) ----
 
     def observe(self, decode: int, prompt: int, seconds: float, prefill_chunk: int = 0,
-                trial: bool = False) -> None:
-        """One step: its decode tokens (drafts included), prompt tokens and seconds; `trial`: a
-        kernel candidate ran (not this server's usual cost: left out of the fit)."""
+                trial: bool = False, sampled: float | None = None) -> None:
+        """One step: its decode tokens (drafts included), prompt tokens and seconds, and the
+        tokens it generated (`sampled`, default: one per decode token); `trial`: a kernel
+        candidate ran (not this server's usual cost: left out of the fit)."""
+        self._prompt_sum = MIX_DECAY * self._prompt_sum + prompt
+        self._out_sum = MIX_DECAY * self._out_sum + (decode if sampled is None else sampled)
         if decode:
             with self._lock:
                 self.recent.append((seconds, prompt, prefill_chunk, self.params.token_budget))
@@ -209,6 +244,15 @@ class BudgetController:
             pred = self.predict(decode, prompt)
             if pred:
                 self.ratios.append(seconds / pred)
+                self._since_change += 1
+                recent = list(self.ratios)[-CHANGE_STEPS:]
+                if (self._since_change >= CHANGE_STEPS and self.fit.count >= MIN_STEPS
+                        and not CHANGE[0] <= statistics.median(recent) <= CHANGE[1]):
+                    # the cost changed (another load on the machine, longer contexts): the
+                    # old steps would hold the fit between the two costs for a half-life
+                    self.fit.forget(0.05)
+                    self.changes += 1
+                    self._since_change = 0
         self.fit.observe(decode, prompt, seconds)
 
     def choose(self, decode: int, running: int = 0) -> None:
@@ -223,12 +267,13 @@ class BudgetController:
         budget = min(self.engine_tokens, max(budget, p.max_batch, running))
         p.prefill_chunk, p.token_budget = chunk, budget
 
-    def after_step(self, plan, seconds: float, running: int = 0, trial: bool = False) -> None:
-        """The step `plan` took `seconds` (its logits applied): observed, then the next step's
-        budget chosen for the sequences that now decode."""
+    def after_step(self, plan, seconds: float, running: int = 0, trial: bool = False,
+                   sampled: int | None = None) -> None:
+        """The step `plan` took `seconds` (its logits applied) and generated `sampled` tokens:
+        observed, then the next step's budget chosen for the sequences that now decode."""
         decode = sum(w.n for w in plan.work[:plan.n_decode])
         prompt = sum(w.n for w in plan.work[plan.n_decode:])
-        self.observe(decode, prompt, seconds, self.params.prefill_chunk, trial)
+        self.observe(decode, prompt, seconds, self.params.prefill_chunk, trial, sampled)
         nxt = sum(1 for w in plan.work if w.seq.state == RUNNING and w.seq.remaining == 1)
         self.choose(nxt, running)
 
@@ -279,6 +324,11 @@ class BudgetController:
                 "per_prompt_token_ms": round(coef[2] * 1e3, 4),
                 "fitted_steps": self.fit.count, "from_saved": self.fit.count < MIN_STEPS},
             "margin": round(self.margin, 3),
+            "cost_changes": self.changes,
+            "prompt_per_output": (None if self.prompt_per_output is None
+                                  else round(self.prompt_per_output, 2)),
+            "max_loss": self.max_loss,
+            "throughput_floor_tokens": self.throughput_floor() if coef else None,
             # the prompt tokens a step may carry beside a full batch of decoding sequences
             "prompt_budget_at_max_batch": (self.prompt_budget(self.params.max_batch) if coef
                                            else None),

@@ -338,7 +338,8 @@ class AdaptiveRuntime:
                            trial=self.tuner is not None and self.tuner.trial_step)
         if self.enabled:                     # the next step's budget (after the batch's limit)
             self.budget.after_step(plan, now - self._t_step, running,
-                                   trial=self.tuner is not None and self.tuner.trial_step)
+                                   trial=self.tuner is not None and self.tuner.trial_step,
+                                   sampled=n_sampled)
         self._track_prefixes(plan)
         if self.tuner is not None:
             self.tuner.after_step(self._label, len(plan.batch), self._timed, self._before)

@@ -27,7 +27,9 @@ and once with `--adaptive on`, each with a fresh `--adaptive-dir` (nothing learn
 
 Per run, in windows of --window seconds (by completion time): completion tokens/s and p95
 latency per output token (TPOT: (latency - TTFT) / (tokens - 1)) of the requests finished in
-the window; per phase, the steady state (its second half): tok/s, p95 TPOT and p95 latency; the
+the window; per phase, the steady state (its second half): tok/s, p95 TPOT, p95 latency and
+the engine's work (prompt tokens computed plus tokens generated, a second: a mixed phase's
+completion tok/s moves with which kinds of request finished in the window); the
 first minute; after each change of phase, the time until the window tok/s stays within 10% of
 the phase's steady state (re-convergence). The adaptive run's GET /v1/adaptive report is kept.
 The adaptive runs' reports are also taken as each phase ends (what the token budget did there:
@@ -187,6 +189,13 @@ def summarize(records: list[dict], phases: list[str], seconds: float, window: fl
             "abandoned": sum(r["outcome"] == "abandoned" for r in rec),
             "failed": sum(r["outcome"] == "failed" for r in rec),
             "steady_tok_s": tok_s,
+            # the engine's work: prompt tokens computed (cache hits left out) and generated,
+            # a second; unlike completion tok/s, it does not depend on which kinds of request
+            # happened to finish in the window (a mixed phase's chats return 64 tokens for
+            # ~100 prompt tokens, its documents 24 for ~1,500)
+            "steady_work_tok_s": sum((r.get("prompt_tokens") or 0) - (r.get("cached_tokens") or 0)
+                                     + (r.get("completion_tokens") or 0)
+                                     for r in steady) / (seconds / 2),
             "steady_tpot_p95": percentile([tpot(r) for r in steady], 95),
             "steady_latency_p95": percentile([r["latency"] for r in steady], 95),
             "reconverged_s": conv})
@@ -214,6 +223,10 @@ def budget_line(run: dict, report: dict | None = None, label: str | None = None)
             f"decoding steps under the configured chunk")
 
 
+def _ratio(x, y):
+    return x / y if x is not None and y else None
+
+
 def _f(v, fmt=".2f"):
     return "-" if v is None else format(v, fmt)
 
@@ -221,8 +234,8 @@ def _f(v, fmt=".2f"):
 def table(runs: list[dict]) -> str:
     base = runs[0]["summary"]
     lines = ["| run | phase | steady tok/s | vs off | p95 TPOT s | vs off | p95 latency s | "
-             "re-converged s | rejected | abandoned |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "re-converged s | rejected | abandoned | prompt + generated tok/s | vs off |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for run in runs:
         s = run["summary"]
         for p, b in zip(s["phases"], base["phases"]):
@@ -232,7 +245,9 @@ def table(runs: list[dict]) -> str:
             lines.append(f"| {run['label']} | {p['phase']} | {p['steady_tok_s']:.1f} | "
                          f"{_f(ratio)}x | {_f(p['steady_tpot_p95'], '.3f')} | {_f(tr)}x | "
                          f"{_f(p['steady_latency_p95'])} | {_f(p['reconverged_s'], '.0f')} | "
-                         f"{p['rejected']} | {p.get('abandoned', 0)} |")
+                         f"{p['rejected']} | {p.get('abandoned', 0)} | "
+                         f"{_f(p.get('steady_work_tok_s'), '.1f')} | "
+                         f"{_f(_ratio(p.get('steady_work_tok_s'), b.get('steady_work_tok_s')))}x |")
     lines.append("")
     lines.append("| run | whole trace tok/s | vs off | first minute tok/s | vs off |")
     lines.append("|---|---|---|---|---|")

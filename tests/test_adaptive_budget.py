@@ -170,6 +170,20 @@ def test_where_prompts_set_the_pace_the_budget_costs_at_most_5_percent():
     assert ctl.params.prefill_chunk == 64                     # (0.25 - 0.095) / 2.4 ms < 64
 
 
+def test_the_traffic_mix_follows_a_change_of_phase():
+    """1,000 steps of chats (6 prompt tokens per generated one), then 600 of long documents
+    (60): R is the documents' within 15% (a half-life of 100 steps). Catches an R kept over a
+    long window (a half-life of 1,000 steps, 4 minutes of 0.25 s steps: bench/adaptive.py's
+    documents phase after a mixed one, 2026-12-02, read 15.6 for ~60, and the throughput floor
+    let the budget cost 11%)."""
+    ctl = BudgetController(params(), tpot_limit=LIMIT, engine_tokens=512)
+    for _ in range(1000):
+        ctl.observe(16, 96, 0.2, 128, sampled=16)
+    for _ in range(600):
+        ctl.observe(4, 240, 0.4, 256, sampled=4)
+    assert ctl.prompt_per_output == pytest.approx(60, rel=0.15)
+
+
 def test_every_decoding_sequence_keeps_its_token():
     """A tiny prompt budget beside a batch limit of 16 and 20 running sequences (a lowered
     limit drains as sequences finish): the token budget stays >= the batch limit and the

@@ -58,7 +58,7 @@ MARGIN0 = 1.1            # the margin before MIN_RATIOS predictions were checked
 MIN_RATIOS = 16
 MARGIN_MAX = 2.0
 MAX_LOSS = 0.05          # of the modelled throughput, the most the budget may cost
-MIX_DECAY = 0.5 ** (1 / 1000)   # R over the last ~1,000 steps
+MIX_DECAY = 0.5 ** (1 / 100)    # R over the last ~100 steps (a half-life)
 CHANGE_STEPS = 16        # a median miss of the last 16 predictions outside CHANGE: refit
 CHANGE = (0.85, 1.18)
 RIDGE = 1e-6             # relative: keeps a collinear fit (every step d + p = 512) solvable

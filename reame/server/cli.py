@@ -107,8 +107,9 @@ def add_serve_command(subparsers) -> None:
                    help="seconds between the adaptive runtime's report lines, 0: none "
                         "(default: $REAME_ADAPTIVE_REPORT or 300)")
     p.add_argument("--tpot-limit", type=float, default=None, metavar="SEC",
-                   help="latency guard of the adaptive batch: the p95 decode step it may grow "
-                        "to (default: $REAME_TPOT_LIMIT or 0.25)")
+                   help="latency target of --adaptive on: the p95 decode step the adaptive "
+                        "batch may grow to and the step time each step's prompt budget is "
+                        "sized for (default: $REAME_TPOT_LIMIT or 0.25)")
     p.add_argument("--speculate", default=None, choices=("auto", "on", "off"),
                    help="speculative decoding drafted from the request's own text and earlier "
                         "requests, verified in the batch (outputs unchanged): auto speculates "

@@ -55,7 +55,8 @@ class ServerConfig:
     adaptive_dir: str | None = None     # where learned strategies are kept (None: ~/.cache/...)
     adaptive_boot: float = 10.0         # seconds of start-up micro-benchmark (0: none)
     adaptive_report: float = 300.0      # seconds between adaptive report log lines (0: none)
-    tpot_limit: float = 0.25            # the p95 decode step the batch tuner may grow up to (s)
+    tpot_limit: float = 0.25            # the p95 decode step the batch tuner may grow up to and
+                                        # the step the token budget is sized for (s)
     # speculative decoding from earlier traffic (reame/speculate): auto speculates under
     # --adaptive on and never under off; on / off regardless
     speculate: str = "auto"

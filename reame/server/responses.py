@@ -14,6 +14,7 @@ import select
 import socket
 import time
 import uuid
+from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
 from .. import __version__
@@ -317,8 +318,50 @@ class Job:
         return {"index": ch.index, "delta": delta,
                 "logprobs": self._chat_logprobs(lp) if lp else None, "finish_reason": finish}
 
+    def deltas(self) -> Iterator["Delta"]:
+        """The generation as chat deltas, in order: per choice, `{"content"}`,
+        `{"reasoning_content"}` or `{"tool_calls"}` deltas (an empty delta carries logprobs
+        alone), then one with the choice's finish_reason ("tool_calls" when it ended in calls);
+        an engine failure on the way is one last Delta with `error` set. Every API's stream is
+        this sequence in its own wire format (chat chunks here, /v1/responses and /v1/messages
+        events in their modules). The caller must close() it: closing early cancels the
+        generation; taken to its end, it does not finalise: the caller sets `stream_status`
+        once its last byte is taken."""
+        try:
+            for ev in self.events():
+                if ev.error is not None:
+                    yield Delta(ev.index, {}, [], None,
+                                error_for(ev.error, self.service.config.retry_after))
+                    return
+                was_open = self.choices[ev.index].finish_reason is None
+                ch, text, lp = self._apply(ev)
+                if not was_open:                      # it ended already: a later token
+                    continue
+                finish = ch.finish_reason
+                if ch.out is not None:                # reasoning / tool calls split apart
+                    parts = ch.out.feed(text)
+                    if finish:
+                        parts += ch.out.finish(finish)
+                    for i, d in enumerate(parts):
+                        yield Delta(ch.index, d, lp if i == 0 else [])
+                    if lp and not parts:
+                        yield Delta(ch.index, {}, lp)
+                    if finish:
+                        yield Delta(ch.index, {}, [],
+                                    "tool_calls" if ch.out.calls and finish == "stop" else finish)
+                    continue
+                if text or lp:
+                    yield Delta(ch.index, {"content": text}, lp)
+                if finish:
+                    yield Delta(ch.index, {}, [], finish)
+        finally:
+            self.cancel()
+            self._record()
+
     def sse(self) -> Iterator[bytes]:
-        """The SSE body. The caller must close() it: closing early cancels the generation."""
+        """The SSE body of a chat or text completion. The caller must close() it: closing early
+        cancels the generation."""
+        deltas = self.deltas()
         try:
             if self.chat:
                 for ch in self.choices:
@@ -327,35 +370,18 @@ class Job:
                 for ch in self.choices:
                     yield self._chunk([self._choice_chunk(ch, ch.text, [], None)])
             status = 200
-            for ev in self.events():
-                if ev.error is not None:
-                    err = error_for(ev.error, self.service.config.retry_after)
-                    status = err.status
-                    yield b"data: " + json.dumps(err.body()).encode() + b"\n\n"
+            for d in deltas:
+                if d.error is not None:
+                    status = d.error.status
+                    yield b"data: " + json.dumps(d.error.body()).encode() + b"\n\n"
                     break
-                was_open = self.choices[ev.index].finish_reason is None
-                ch, text, lp = self._apply(ev)
-                if not was_open:                      # it ended already: a later token
-                    continue
-                finish = ch.finish_reason
-                if ch.out is not None:                # reasoning / tool calls split apart
-                    deltas = ch.out.feed(text)
-                    if finish:
-                        deltas += ch.out.finish(finish)
-                    for i, d in enumerate(deltas):
-                        yield self._chunk([self._delta_chunk(ch, d, lp if i == 0 else [])])
-                    if lp and not deltas:
-                        yield self._chunk([self._delta_chunk(ch, {}, lp)])
-                    if finish:
-                        reason = finish
-                        if ch.out.calls and reason == "stop":
-                            reason = "tool_calls"
-                        yield self._chunk([self._delta_chunk(ch, {}, [], reason)])
-                    continue
-                if text or lp:
-                    yield self._chunk([self._choice_chunk(ch, text, lp, None)])
-                if finish:
-                    yield self._chunk([self._choice_chunk(ch, None, [], finish)])
+                ch = self.choices[d.index]
+                if self.chat:
+                    yield self._chunk([self._delta_chunk(ch, d.delta, d.logprobs,
+                                                         d.finish_reason)])
+                else:
+                    yield self._chunk([self._choice_chunk(ch, d.delta.get("content"),
+                                                          d.logprobs, d.finish_reason)])
             if self.req.include_usage:
                 yield self._chunk([], usage=True)
             yield b"data: [DONE]\n\n"
@@ -363,8 +389,17 @@ class Job:
             # generator at the yield instead, and the outcome stays 499
             self.stream_status = status
         finally:
-            self.cancel()
-            self._record()
+            deltas.close()
+
+
+@dataclass
+class Delta:
+    """One piece of a streamed generation (see Job.deltas)."""
+    index: int                      # the choice
+    delta: dict                     # a chat delta: content, reasoning_content or tool_calls
+    logprobs: list = field(default_factory=list)    # (token, logprob, top) entries
+    finish_reason: str | None = None
+    error: APIError | None = None
 
 
 class ClosingStream:
@@ -376,9 +411,9 @@ class ClosingStream:
     when the client left before, the error's status when it failed on the way.
     """
 
-    def __init__(self, job: Job):
+    def __init__(self, job: Job, body: Iterator[bytes] | None = None):
         self.job = job
-        self._it = job.sse()
+        self._it = job.sse() if body is None else body
         self.on_end: Callable[[int], None] | None = None   # told the outcome (200, 499, ...)
 
     def __iter__(self):

@@ -257,6 +257,46 @@ class DispatchTable:
                 raise VariantRejected(f"{spec.label()} writes its input {k} on {s.name}")
         return check.worst
 
+    def same_bits(self, slot: int, kernel: Kernel, other: Kernel) -> None:
+        """Exactness check: `kernel` must give outputs bit-identical to `other`'s (the live
+        variant's) at every count either is checked at on this slot, cut into the slot's
+        production slices, on random inputs. Raises VariantRejected where a bit differs (another
+        summation order or precision: a variant within the op's tolerance that would still
+        change a greedy token somewhere). Run after verify(): it does not look for writes out
+        of bounds."""
+        s = self.slots[slot]
+        spec = kernel.spec
+        op = registry.get_op(spec.op)
+        counts = sorted(set(s.counts(spec)) | set(s.counts(other.spec)))
+
+        def differs(case, n: int, rows: bool) -> None:
+            keep = {k: v.copy() for k, v in case.buffers.items()}
+            _run(other, case.args, s.nth, s.threads)
+            want = {k: case.buffers[k].copy() for k in case.outputs}
+            for k, v in keep.items():
+                case.buffers[k][...] = v
+            _run(kernel, case.args, s.nth, s.threads)
+            for k in case.outputs:
+                got, ref = case.buffers[k], want[k]
+                if rows:
+                    got, ref = got[:n], ref[:n]
+                if not _same_bits(got, ref):
+                    raise VariantRejected(
+                        f"{spec.label()} is not bit-identical to {other.spec.label()} on "
+                        f"{s.name} at n={n} ({s.nth} slices): another arithmetic")
+            for k, v in keep.items():
+                case.buffers[k][...] = v
+
+        if spec.op in ROW_WISE:
+            case = op.make_case(spec, np.random.default_rng((slot, max(counts), 1)), max(counts))
+            nword = op.args.index("n")
+            for n in counts:
+                case.args[nword] = n
+                differs(case, n, True)
+            return
+        for n in counts:
+            differs(op.make_case(spec, np.random.default_rng((slot, n, 1)), n), n, False)
+
     def stage(self, slot: int, kernel: Kernel, verify: bool = True, record: bool = True) -> None:
         """Put `kernel` in the inactive copy; it goes live at the next commit(). With
         record=False it is a trial (the adaptive runtime's A/B): it runs, but the history (what

@@ -585,6 +585,7 @@ def test_candidate_builds_run_at_the_lowest_priority_without_renicing_the_server
 
     tuner = tuner_mod.KernelTuner.__new__(tuner_mod.KernelTuner)
     tuner.build_nice = 19                               # the default
+    tuner.exact = False
     tuner.table = SimpleNamespace(slots=[SimpleNamespace(kernel=None)])
     tuner.engine = SimpleNamespace(kernels={}, isa=None)
     cls = SimpleNamespace(slots=[0], tried={})
@@ -625,7 +626,7 @@ def test_a_candidate_is_checked_at_each_slot_shape_of_its_class():
             raise tuner_mod.VariantRejected("wrong at the k-norm's counts")
 
     tuner = tuner_mod.KernelTuner.__new__(tuner_mod.KernelTuner)
-    tuner.build_nice = 0
+    tuner.build_nice, tuner.exact = 0, False
     tuner.table = SimpleNamespace(slots=slots, verify=verify)
     kern = SimpleNamespace(symbol="cand")
     tuner.engine = SimpleNamespace(kernels={}, isa=None)

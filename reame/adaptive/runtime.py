@@ -34,11 +34,12 @@ log = logging.getLogger("reame.adaptive")
 class AdaptiveRuntime:
     def __init__(self, engine, params, *, enabled: bool = True, state_dir: Path | None = None,
                  report_every: float = 0.0, save_every: float = 60.0, tuner_options=None,
-                 tpot_limit: float = 0.25, batch_options=None, budget_options=None):
+                 tpot_limit: float = 0.25, batch_options=None, budget_options=None,
+                 exact_kernels: bool = True):
         self.engine, self.params = engine, params
         self.enabled = enabled
         self.profile = RequestProfile()
-        self.tuner = (KernelTuner(engine, **(tuner_options or {}))
+        self.tuner = (KernelTuner(engine, **{"exact": exact_kernels, **(tuner_options or {})})
                       if hasattr(engine, "table") and hasattr(engine, "_bucket_of") else None)
         self.ident = store.identity(engine) if self.tuner is not None else None
         self.path = store.path_for(self.ident, state_dir) if self.ident else None

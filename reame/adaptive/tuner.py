@@ -90,11 +90,18 @@ def background_priority(nice: int = 19) -> None:
 class KernelTuner:
     def __init__(self, engine, explore_share: float = 0.25, jitter: float = 0.3,
                  min_share: float = 0.02, min_gain: float = 0.02, confirm_after: int = 400,
-                 like_sizes: float = 1.15, max_unlike: int = 400, build_nice: int = 19):
+                 like_sizes: float = 1.15, max_unlike: int = 400, build_nice: int = 19,
+                 exact: bool = True):
         """`build_nice`: the CPU priority of the thread that builds and checks candidates
-        (background_priority)."""
+        (background_priority). `exact`: only variants whose outputs are bit-identical to the
+        live variant's may go live (DispatchTable.same_bits): tuning then changes speed, never
+        a computed bit, so outputs do not depend on what an earlier run learned or on which
+        trial arm a step ran (another tile size, prefetch distance, unroll or vector length of
+        the same arithmetic stays a candidate; another family, summation order or precision
+        does not); False: any variant within the op's tolerance of the generic kernel."""
         self.engine, self.table = engine, engine.table
         self.build_nice = build_nice
+        self.exact = exact
         # a pair compares two steps only when their token counts are within like_sizes of
         # each other: a kernel's time per token depends on the step's size (its weights are
         # read once per step), so a 300-token prompt step against a 20-token decode step of the
@@ -255,6 +262,8 @@ class KernelTuner:
                     if shape not in shapes:
                         shapes.add(shape)
                         self.table.verify(i, k)
+                        if self.exact:
+                            self.table.same_bits(i, k, live)
                 for i in cls.slots:
                     self.table.slots[i].verified.add(k.symbol)
                 with self._lock:
@@ -367,6 +376,10 @@ class KernelTuner:
             try:
                 k = self.engine.kernels.get(spec) or build(spec, self.engine.isa)
                 self.engine.kernels[spec] = k
+                if self.exact:                  # saved under --kernel-tuning any, say
+                    live = self.table.slots[cls.slots[0]].kernel
+                    for i in cls.slots:
+                        self.table.same_bits(i, k, live)
                 for i in cls.slots:
                     self.table.stage(i, k)
                 cls.spec = spec
@@ -380,7 +393,7 @@ class KernelTuner:
         hot = self.hot()
         total = sum(c.seconds for c in self.classes.values()) or 1.0
         return {
-            "frozen": self.frozen, "steps": self.steps,
+            "frozen": self.frozen, "exact": self.exact, "steps": self.steps,
             "exploration_share": self.explored / self.steps if self.steps else 0.0,
             "candidates_tried": self.tried, "promoted": self.promoted,
             "rolled_back": self.rolled_back, "refused": self.refused,

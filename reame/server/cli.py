@@ -118,6 +118,12 @@ def add_serve_command(subparsers) -> None:
     p.add_argument("--speculate-tokens", type=int, default=None, metavar="N",
                    help="token positions of earlier requests kept to draft from, least useful "
                         "evicted first (default: $REAME_SPECULATE_TOKENS or 262144, ~51 MB)")
+    p.add_argument("--kernel-tuning", default=None, choices=("exact", "any"),
+                   help="kernel variants the adaptive runtime may put live: exact, only those "
+                        "whose outputs are bit-identical to the live kernel's (tuning changes "
+                        "speed, never a token); any, every variant within the op's tolerance "
+                        "(other summation orders and families too) (default: "
+                        "$REAME_KERNEL_TUNING or exact)")
     p.add_argument("--chat-template-file", default=None, help="override the chat template")
     p.add_argument("--alias", default=None, help="another model name clients may use")
     p.add_argument("--log-level", default="info",
@@ -171,7 +177,8 @@ def cmd_serve(args) -> int:
         additional_properties=args.additional_properties,
         adaptive_dir=args.adaptive_dir, adaptive_boot=args.adaptive_boot,
         adaptive_report=args.adaptive_report, tpot_limit=args.tpot_limit, pin=pin,
-        speculate=args.speculate, speculate_tokens=args.speculate_tokens)
+        speculate=args.speculate, speculate_tokens=args.speculate_tokens,
+        kernel_tuning=args.kernel_tuning)
     run(config, host=args.host, port=args.port, workers=args.workers,
         http_threads=args.http_threads, log_level=args.log_level, access_log=args.access_log)
     return 0

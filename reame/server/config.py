@@ -61,6 +61,9 @@ class ServerConfig:
     # --adaptive on and never under off; on / off regardless
     speculate: str = "auto"
     speculate_tokens: int = 1 << 18     # token positions of earlier requests kept to draft from
+    # which kernel variants the tuner may put live: exact (outputs bit-identical to the live
+    # variant's: tuning never changes a computed bit) or any (within the op's tolerance)
+    kernel_tuning: str = "exact"
     # where compute threads run (reame/topology.py): auto binds each worker to a NUMA node and
     # its threads to physical cores when there are several nodes; cores does so on one node
     # too; off lets the OS place them. `reame serve` defaults to auto; under a gunicorn you run
@@ -88,6 +91,7 @@ class ServerConfig:
         "adaptive_boot": "REAME_ADAPTIVE_BOOT", "adaptive_report": "REAME_ADAPTIVE_REPORT",
         "tpot_limit": "REAME_TPOT_LIMIT", "pin": "REAME_PIN",
         "speculate": "REAME_SPECULATE", "speculate_tokens": "REAME_SPECULATE_TOKENS",
+        "kernel_tuning": "REAME_KERNEL_TUNING",
     }
 
     @classmethod
@@ -196,6 +200,8 @@ class ServerConfig:
             raise ReameError("tpot_limit must be > 0")
         if self.speculate not in ("auto", "on", "off"):
             raise ReameError("speculate must be auto, on or off")
+        if self.kernel_tuning not in ("exact", "any"):
+            raise ReameError("kernel_tuning must be exact or any")
         if self.speculate_tokens < 1024:
             raise ReameError("speculate_tokens must be >= 1024")
         self.cors_allow_origins()

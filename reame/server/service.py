@@ -96,7 +96,8 @@ class ModelService:
             self.adaptive = AdaptiveRuntime(engine, params, enabled=config.adaptive_mode == "on",
                                             state_dir=config.adaptive_dir,
                                             report_every=config.adaptive_report,
-                                            tpot_limit=config.tpot_limit)
+                                            tpot_limit=config.tpot_limit,
+                                            exact_kernels=config.kernel_tuning == "exact")
         self.speculator = None
         if config.speculating:
             from ..speculate import Speculator

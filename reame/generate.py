@@ -50,6 +50,7 @@ class TextStream:
         self.text = ""            # everything released so far
         self._held = ""           # decoded text not yet released (possible stop-string prefix)
         self.stopped = False      # a stop string matched: nothing more is released
+        self.stop_hit: str | None = None    # the stop string that matched (the earliest)
 
     def push(self, token: int) -> str:
         """Add an output token; returns the text now safe to emit."""
@@ -73,7 +74,7 @@ class TextStream:
         if self.stop:
             hits = [(i, s) for s in self.stop if (i := held.find(s)) >= 0]
             if hits:
-                cut = min(i for i, _ in hits)
+                cut, self.stop_hit = min(hits, key=lambda h: h[0])
                 out, self._held = held[:cut], ""
                 self.stopped = True
                 self.text += out

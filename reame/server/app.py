@@ -14,6 +14,7 @@ import time
 import falcon
 
 from .config import ServerConfig
+from .messages_api import Messages, anthropic_error, is_messages_path
 from .metrics import Metrics
 from .responses import ClosingStream, Job, client_connected, embeddings_result
 from .schemas import (APIError, error_body, parse_chat, parse_completion, parse_detokenize,
@@ -25,7 +26,8 @@ log = logging.getLogger("reame.server")
 OPEN_PATHS = {"/health"}
 ENDPOINTS = {"/v1/chat/completions", "/v1/completions", "/v1/models", "/v1/models/{model_id}",
              "/health", "/metrics", "/tokenize", "/detokenize", "/v1/embeddings",
-             "/v1/adaptive", "/v1/adaptive/freeze", "/v1/adaptive/unfreeze"}
+             "/v1/adaptive", "/v1/adaptive/freeze", "/v1/adaptive/unfreeze",
+             "/v1/messages", "/v1/messages/count_tokens"}
 # headers a browser script may read on a cross-origin answer (besides the CORS-safelisted ones)
 CORS_EXPOSE = ("Retry-After", "WWW-Authenticate")
 
@@ -33,7 +35,8 @@ CORS_EXPOSE = ("Retry-After", "WWW-Authenticate")
 # ---- middleware ----
 
 class Auth:
-    """Bearer-token authentication with a constant-time comparison; /health stays open."""
+    """API-key authentication, `Authorization: Bearer KEY` or (Anthropic's) `x-api-key: KEY`,
+    with a constant-time comparison; /health stays open."""
 
     def __init__(self, api_key: str):
         self.key = api_key.encode()
@@ -44,12 +47,15 @@ class Auth:
             return
         header = req.get_header("Authorization") or ""
         scheme, _, token = header.partition(" ")
-        if scheme.lower() != "bearer" or not token.strip():
+        tokens = [token.strip()] if scheme.lower() == "bearer" and token.strip() else []
+        tokens += [t.strip() for t in [req.get_header("X-Api-Key") or ""] if t.strip()]
+        if not tokens:
             raise APIError(401, "You didn't provide an API key. You need to provide your API key "
                            "in an Authorization header using Bearer auth (i.e. Authorization: "
-                           "Bearer YOUR_KEY).", "invalid_request_error", None, "invalid_api_key",
+                           "Bearer YOUR_KEY) or an x-api-key header.", "invalid_request_error",
+                           None, "invalid_api_key",
                            {"WWW-Authenticate": "Bearer"})
-        if not hmac.compare_digest(token.strip().encode(), self.key):
+        if not any(hmac.compare_digest(t.encode(), self.key) for t in tokens):
             raise APIError(401, "Incorrect API key provided.", "invalid_request_error", None,
                            "invalid_api_key", {"WWW-Authenticate": "Bearer"})
 
@@ -77,6 +83,9 @@ class RequestMetrics:
 
 
 # ---- resources ----
+
+ENDPOINTS |= {"/v1/responses", "/v1/responses/{response_id}",        # responses_api.py
+              "/v1/responses/{response_id}/input_items"}
 
 class Generate:
     """POST /v1/chat/completions and POST /v1/completions."""
@@ -281,7 +290,9 @@ def _read_body(req: falcon.Request, limit: int) -> bytes:
 
 # ---- error handlers: every error leaves as OpenAI's error body ----
 
-def _send(resp: falcon.Response, status: int, body: dict, headers=None) -> None:
+def _send(resp: falcon.Response, status: int, body: dict, headers=None, req=None) -> None:
+    if req is not None and is_messages_path(req.path):      # Anthropic's API, its error shape
+        body = anthropic_error(status, body["error"]["message"])
     resp.status = status
     resp.media = body
     resp.content_type = falcon.MEDIA_JSON
@@ -290,7 +301,7 @@ def _send(resp: falcon.Response, status: int, body: dict, headers=None) -> None:
 
 
 def handle_api_error(req, resp, ex: APIError, params):
-    _send(resp, ex.status, ex.body(), ex.headers)
+    _send(resp, ex.status, ex.body(), ex.headers, req)
 
 
 def handle_http_error(req, resp, ex: falcon.HTTPError, params):
@@ -302,12 +313,13 @@ def handle_http_error(req, resp, ex: falcon.HTTPError, params):
     else:
         msg = ex.description or ex.title or "Bad request"
     kind = "invalid_request_error" if status < 500 else "server_error"
-    _send(resp, status, error_body(msg, kind, None, None), dict(ex.headers or {}))
+    _send(resp, status, error_body(msg, kind, None, None), dict(ex.headers or {}), req)
 
 
 def handle_unexpected(req, resp, ex: Exception, params):
     log.exception("unhandled error on %s %s", req.method, req.path)
-    _send(resp, 500, error_body(f"Internal server error ({type(ex).__name__}).", "server_error"))
+    _send(resp, 500, error_body(f"Internal server error ({type(ex).__name__}).", "server_error"),
+          req=req)
 
 
 # ---- the factory ----
@@ -401,6 +413,9 @@ def create_app(engine_or_factory, config: ServerConfig | None = None, *, tokeniz
     app.req_options.strip_url_path_trailing_slash = True
     app.add_route("/v1/chat/completions", Generate("chat", loader, config, metrics))
     app.add_route("/v1/completions", Generate("completion", loader, config, metrics))
+    messages = Messages(loader, config, metrics, _read_body)
+    app.add_route("/v1/messages", messages)
+    app.add_route("/v1/messages/count_tokens", messages, suffix="count_tokens")
     models = Models(loader, config)
     app.add_route("/v1/models", models)
     app.add_route("/v1/models/{model_id}", models, suffix="item")
@@ -414,6 +429,11 @@ def create_app(engine_or_factory, config: ServerConfig | None = None, *, tokeniz
     app.add_route("/v1/adaptive", adaptive)
     app.add_route("/v1/adaptive/freeze", adaptive, suffix="freeze")
     app.add_route("/v1/adaptive/unfreeze", adaptive, suffix="unfreeze")
+    from .responses_api import Responses
+    responses = Responses(loader, config, metrics)
+    app.add_route("/v1/responses", responses)
+    app.add_route("/v1/responses/{response_id}", responses, suffix="item")
+    app.add_route("/v1/responses/{response_id}/input_items", responses, suffix="input_items")
     app.add_error_handler(Exception, handle_unexpected)
     app.add_error_handler(falcon.HTTPError, handle_http_error)
     app.add_error_handler(APIError, handle_api_error)

@@ -1,0 +1,312 @@
+"""The OpenAI-API clients people use, end to end against the chat completions API (issue 28,
+first acceptance line): the official `openai` 3.x client, langchain-openai's `ChatOpenAI`,
+instructor, Simon Willison's `llm` (library and CLI) and pydantic-ai's `OpenAIChatModel`, each
+pointed at a real `reame serve` of the shared SmolLM2-135M-Instruct (ChatML template, byte-level
+BPE) and stories260K (SentencePiece, no chat template: the server's plain fallback).
+/v1/responses and /v1/messages have their own modules (test_responses_api.py,
+test_messages_api.py); the 20-of-20 `{name, age}` acceptance line is
+test_structured_vocab.py::test_smollm2_gives_exactly_the_schemas_keys.
+
+These models write weak content: the tests check shapes and validity (parsed objects, tool
+calls whose arguments validate, streamed == non-streamed at temperature 0, no 5xx), never
+meaning. Clients must not reach the network: every connection other than loopback fails.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import jsonschema
+import numpy as np
+import openai
+import pydantic
+import pydantic_core
+import pytest
+
+from conftest import TIME_SCALE, shared_path
+from test_server_e2e import ReameServer
+
+SMOL, STORIES = "smol", "stories"
+
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "Get the current weather in a city.",
+    "parameters": {"type": "object", "properties": {
+        "city": {"type": "string", "maxLength": 12},
+        "unit": {"enum": ["celsius", "fahrenheit"]}},
+        "required": ["city", "unit"]}}}
+TIME = {"type": "function", "function": {
+    "name": "get_time", "description": "The current time in a time zone.",
+    "parameters": {"type": "object", "properties": {"tz": {"enum": ["UTC", "CET"]}},
+                   "required": ["tz"]}}}
+ASK_WEATHER = [{"role": "user", "content": "What is the weather in Paris?"}]
+ASK_BOB = [{"role": "user", "content": "Bob is 30 years old."}]
+
+
+class Person(pydantic.BaseModel):
+    """A person."""
+    name: str = pydantic.Field(max_length=12)    # bounded: stories260K writes strings forever
+    age: int = pydantic.Field(ge=0, le=120)
+
+
+# ---- servers and the network guard ----
+
+@pytest.fixture(scope="module")
+def servers(tmp_path_factory):
+    log_dir = tmp_path_factory.mktemp("serve")
+    common = ("--adaptive", "off", "--max-seqs", "4", "--ctx-size", "2048")
+    out = {}
+    try:
+        out[SMOL] = ReameServer(shared_path("models/SmolLM2-135M-Instruct.Q4_1.gguf"), *common,
+                                "--alias", SMOL, log_dir=log_dir)
+        out[STORIES] = ReameServer(shared_path("models/stories260K.gguf"), *common,
+                                   "--alias", STORIES, log_dir=log_dir)
+        yield out
+    finally:
+        for s in out.values():
+            s.stop()
+
+
+def url(servers, name):
+    return servers[name].url + "/v1"
+
+
+@pytest.fixture(scope="module")
+def oa(servers):
+    """name -> the official client on that server."""
+    return {name: s.client(api_key="sk-unused") for name, s in servers.items()}
+
+
+LOOPBACK = {"127.0.0.1", "::1", "localhost"}
+
+
+@pytest.fixture(autouse=True)
+def no_network(monkeypatch):
+    """Every connection or name lookup beyond loopback fails the test (a client that counts
+    tokens with a downloaded tiktoken file, telemetry, a default base URL)."""
+    connect, getaddrinfo = socket.socket.connect, socket.getaddrinfo
+
+    def guarded_connect(self, address):
+        if self.family in (socket.AF_INET, socket.AF_INET6) and address[0] not in LOOPBACK:
+            raise AssertionError(f"a client reached the network: {address}")
+        return connect(self, address)
+
+    def guarded_getaddrinfo(host, *a, **kw):
+        if host not in LOOPBACK:
+            raise AssertionError(f"a client looked up {host!r}")
+        return getaddrinfo(host, *a, **kw)
+
+    monkeypatch.setattr(socket.socket, "connect", guarded_connect)
+    monkeypatch.setattr(socket, "getaddrinfo", guarded_getaddrinfo)
+    for k in ("LANGSMITH_TRACING", "LANGCHAIN_TRACING_V2"):
+        monkeypatch.setenv(k, "false")
+    for k in ("OPENAI_BASE_URL", "OPENAI_API_KEY"):
+        monkeypatch.delenv(k, raising=False)
+
+
+def check_call(call, tools=(WEATHER, TIME)):
+    """A tool call of the openai client: a known name, arguments that parse and validate."""
+    spec = {t["function"]["name"]: t["function"]["parameters"] for t in tools}
+    assert call.type == "function" and call.id
+    assert call.function.name in spec
+    args = json.loads(call.function.arguments)
+    jsonschema.validate(args, spec[call.function.name])
+    return args
+
+
+def stream_text(stream):
+    return "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+
+
+# ---- openai ----
+
+@pytest.mark.parametrize("name", [SMOL, STORIES])
+def test_openai_stream_equals_create(oa, name):
+    """chat.completions.create and its stream, greedy, give the same text, and the stream's
+    usage chunk the same usage. Catches a stream that drops or duplicates text around a
+    held-back boundary (stop-string or marker holds, UTF-8 pieces), or counts usage apart."""
+    c = oa[name]
+    kw = dict(model=name, messages=ASK_BOB, max_tokens=30, temperature=0)
+    r = c.chat.completions.create(**kw)
+    chunks = list(c.chat.completions.create(**kw, stream=True,
+                                            stream_options={"include_usage": True}))
+    assert r.choices[0].message.content
+    assert stream_text(chunks) == r.choices[0].message.content
+    assert chunks[-1].usage.model_dump() == r.usage.model_dump()
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == \
+        r.choices[0].finish_reason
+
+
+@pytest.mark.parametrize("name", [SMOL, STORIES])
+def test_openai_parse_with_a_pydantic_model(oa, name):
+    """chat.completions.parse(response_format=Person), on both vocabularies, streamed too
+    (chat.completions.stream): a validated Person. Catches structured output that fails on
+    SentencePiece (the old 500: forced text tokenized with a space prefix), objects left open
+    (an invented key fails the strict schema's parse) and a grammar not applied in streams."""
+    c = oa[name]
+    kw = dict(model=name, messages=ASK_BOB, response_format=Person, max_tokens=120,
+              temperature=0)
+    r = c.chat.completions.parse(**kw)
+    assert isinstance(r.choices[0].message.parsed, Person)
+    assert r.choices[0].finish_reason == "stop"
+    with c.chat.completions.stream(**kw) as s:
+        for _ in s:
+            pass
+        final = s.get_final_completion()
+    assert final.choices[0].message.parsed == r.choices[0].message.parsed
+
+
+@pytest.mark.parametrize("name", [SMOL, STORIES])
+@pytest.mark.parametrize("fmt", ["json_object", "json_schema"])
+@pytest.mark.parametrize("endpoint", ["chat", "completions"])
+def test_openai_json_modes(oa, name, fmt, endpoint):
+    """response_format json_object / json_schema on chat and completions: 200 and JSON, whole
+    when the answer stopped, a valid prefix when max_tokens cut it (json_object leaves the
+    model free to write one string forever). Catches the SentencePiece 500 of issue 28 on
+    every path, and a format that is accepted but not applied."""
+    c = oa[name]
+    schema = Person.model_json_schema()
+    rf = ({"type": "json_object"} if fmt == "json_object" else
+          {"type": "json_schema", "json_schema": {"name": "Person", "schema": schema}})
+    if endpoint == "chat":
+        r = c.chat.completions.create(model=name, messages=ASK_BOB, response_format=rf,
+                                      max_tokens=80, temperature=0)
+        text, finish = r.choices[0].message.content, r.choices[0].finish_reason
+    else:
+        r = c.completions.create(model=name, prompt="Bob is 30 years old. As JSON:",
+                                 max_tokens=80, temperature=0, extra_body={"response_format": rf})
+        text, finish = r.choices[0].text, r.choices[0].finish_reason
+    assert text.startswith("{")
+    if finish == "stop":
+        obj = json.loads(text)
+        if fmt == "json_schema":
+            jsonschema.validate(obj, schema)
+    else:
+        assert finish == "length" and fmt == "json_object", text
+        assert isinstance(pydantic_core.from_json(text, allow_partial="trailing-strings"), dict)
+
+
+def test_openai_tool_choices(oa):
+    """tools with tool_choice required / named / auto / null on SmolLM2. required and named:
+    finish_reason tool_calls, content null, one call whose arguments validate (named: that
+    function). auto: whatever the model chose, no tool-call markup in content. null: the same
+    answer as auto. Catches tool calls returned in content, a named choice that lets the
+    model pick another function, null refused (400) or read as "none"."""
+    c = oa[SMOL]
+    kw = dict(model=SMOL, messages=ASK_WEATHER, tools=[WEATHER, TIME], max_tokens=60,
+              temperature=0)
+    for choice, want in [("required", None), ({"type": "function", "function":
+                                               {"name": "get_time"}}, "get_time")]:
+        r = c.chat.completions.create(**kw, tool_choice=choice)
+        ch = r.choices[0]
+        assert ch.finish_reason == "tool_calls" and ch.message.content is None, ch
+        assert len(ch.message.tool_calls) == 1
+        check_call(ch.message.tool_calls[0])
+        if want:
+            assert ch.message.tool_calls[0].function.name == want
+    auto = c.chat.completions.create(**kw, tool_choice="auto").choices[0]
+    assert "<tool_call>" not in (auto.message.content or "")
+    for call in auto.message.tool_calls or []:
+        check_call(call)
+    null = c.chat.completions.create(**kw, tool_choice=None).choices[0]
+    assert null.model_dump(exclude={"message": {"tool_calls": {"__all__": {"id"}}}}) == \
+        auto.model_dump(exclude={"message": {"tool_calls": {"__all__": {"id"}}}})
+
+
+@pytest.mark.parametrize("name", [SMOL, STORIES])
+def test_openai_streamed_tool_call(oa, name):
+    """A required call streamed as OpenAI does: the first delta carries id, type and name
+    with empty arguments, the argument pieces join to the non-streamed call's arguments,
+    valid JSON. Catches arguments that are not valid JSON when joined, a name repeated in
+    every delta, markup streamed as content."""
+    c = oa[name]
+    kw = dict(model=name, messages=ASK_WEATHER, tools=[WEATHER], tool_choice="required",
+              parallel_tool_calls=False, max_tokens=120, temperature=0)
+    whole = c.chat.completions.create(**kw).choices[0]
+    deltas = [ch.choices[0].delta for ch in c.chat.completions.create(**kw, stream=True)
+              if ch.choices]
+    calls = [tc for d in deltas for tc in d.tool_calls or []]
+    assert all(not d.content for d in deltas)
+    first, rest = calls[0], calls[1:]
+    assert first.id and first.type == "function" and first.function.name == "get_weather"
+    assert first.function.arguments == ""
+    assert all(tc.index == 0 and tc.id is None and tc.function.name is None for tc in rest)
+    joined = "".join(tc.function.arguments for tc in rest)
+    assert joined == whole.message.tool_calls[0].function.arguments
+    jsonschema.validate(json.loads(joined), WEATHER["function"]["parameters"])
+
+
+def test_openai_tool_result_continuation(oa):
+    """The assistant's tool_calls and the tool's result go back as messages (the client's own
+    message object, as the openai docs show): 200, and the result is part of the prompt (a
+    longer result, more prompt tokens). Catches tool messages refused, or dropped from the
+    rendered prompt by a template path that does not know them."""
+    c = oa[SMOL]
+    kw = dict(model=SMOL, tools=[WEATHER], max_tokens=20, temperature=0)
+    first = c.chat.completions.create(**{**kw, "max_tokens": 60}, messages=ASK_WEATHER,
+                                      tool_choice="required")
+    msg = first.choices[0].message
+    check_call(msg.tool_calls[0], [WEATHER])
+
+    def follow(result):
+        return c.chat.completions.create(**kw, messages=[
+            *ASK_WEATHER, msg, {"role": "tool", "tool_call_id": msg.tool_calls[0].id,
+                                "content": result}])
+    short, long = follow("sunny"), follow("sunny, 21 degrees, light wind from the west")
+    assert short.choices[0].finish_reason in ("stop", "length", "tool_calls")
+    assert long.usage.prompt_tokens > short.usage.prompt_tokens > first.usage.prompt_tokens
+
+
+HARMLESS = dict(reasoning_effort="low", prompt_cache_key="user-42", safety_identifier="u42",
+                verbosity="low", modalities=["text"], metadata={"app": "tests"}, store=False,
+                service_tier="auto", user="u42",
+                prediction={"type": "content", "content": "Bob is thirty."})
+
+
+def test_openai_harmless_fields(oa):
+    """OpenAI's bookkeeping fields, all at once, as a configuration copied from OpenAI sends
+    them: 200 and the same greedy answer as without them. Catches any of them refused (the
+    old 400) or changing the output (SmolLM2's template has no thinking switch)."""
+    c = oa[SMOL]
+    kw = dict(model=SMOL, messages=ASK_BOB, max_tokens=20, temperature=0)
+    plain = c.chat.completions.create(**kw).choices[0].message.content
+    assert c.chat.completions.create(**kw, **HARMLESS).choices[0].message.content == plain
+
+
+def test_openai_completions_on_stories(oa):
+    """completions.create and its stream on stories260K: the same text, usage counted."""
+    c = oa[STORIES]
+    kw = dict(model=STORIES, prompt="Once upon a time", max_tokens=24, temperature=0)
+    r = c.completions.create(**kw)
+    assert r.choices[0].text and r.usage.completion_tokens == 24
+    assert "".join(ch.choices[0].text for ch in c.completions.create(**kw, stream=True)
+                   if ch.choices) == r.choices[0].text
+
+
+@pytest.mark.parametrize("name,dim", [(SMOL, 576), (STORIES, 64)])
+def test_openai_embeddings(oa, name, dim):
+    """embeddings.create as the client sends it (it asks for base64 and decodes): a unit
+    vector of the model's width per input, equal inputs equal vectors. Catches base64 that
+    is not little-endian float32 or not decoded to the model's width."""
+    r = oa[name].embeddings.create(model=name, input=["a cat", "a dog", "a cat"])
+    v = np.array([d.embedding for d in r.data])
+    assert v.shape == (3, dim)
+    np.testing.assert_allclose(np.linalg.norm(v, axis=1), 1, atol=1e-4)
+    np.testing.assert_allclose(v[0], v[2], atol=1e-5)
+
+
+def test_openai_errors_are_its_exceptions(oa):
+    """Bad input gets an OpenAI-shaped 4xx the client raises as its own exception type."""
+    c = oa[SMOL]
+    with pytest.raises(openai.NotFoundError):
+        c.chat.completions.create(model="no-such-model", messages=ASK_BOB, max_tokens=2)
+    with pytest.raises(openai.BadRequestError) as e:
+        c.chat.completions.create(model=SMOL, messages=ASK_BOB, max_tokens=2,
+                                  temperature=-1)
+    assert e.value.body["param"] == "temperature"

@@ -55,6 +55,30 @@ class Person(pydantic.BaseModel):
     age: int = pydantic.Field(ge=0, le=120)
 
 
+class Named(pydantic.BaseModel):
+    """A person (unbounded: the schema a prompt-only mode shows the model is its plainest)."""
+    name: str
+    age: int
+
+
+# Modes that only show the schema in the prompt (json_object holds the syntax, nothing holds
+# the keys) depend on a 135M model reading it: each of these prompts gets a Named from
+# SmolLM2 greedily in some of them; one success of the few shows the path works end to end.
+PROMPT_ONLY = ["Bob is 30 years old.", "Who is Anna? She is 25.", "My name is Carl and I am 52."]
+
+
+def first_success(attempt, failures):
+    """attempt(prompt) over PROMPT_ONLY until one returns; `failures` are the client's own
+    content-validation errors (an HTTP error is never one of them and propagates)."""
+    errors = []
+    for prompt in PROMPT_ONLY:
+        try:
+            return attempt(prompt)
+        except failures as e:
+            errors.append(f"{prompt!r}: {type(e).__name__}: {str(e)[:200]}")
+    pytest.fail("no prompt gave a valid object:\n" + "\n".join(errors))
+
+
 # ---- servers and the network guard ----
 
 @pytest.fixture(scope="module")
@@ -310,3 +334,311 @@ def test_openai_errors_are_its_exceptions(oa):
         c.chat.completions.create(model=SMOL, messages=ASK_BOB, max_tokens=2,
                                   temperature=-1)
     assert e.value.body["param"] == "temperature"
+
+
+# ---- langchain-openai ----
+
+def chat_openai(servers, name, **kw):
+    from langchain_openai import ChatOpenAI
+    kw.setdefault("max_tokens", 120)
+    return ChatOpenAI(base_url=url(servers, name), api_key="sk-unused", model=name,
+                      temperature=0, max_retries=0, timeout=60 * TIME_SCALE, **kw)
+
+
+def lc_weather_tool():
+    from langchain_core.tools import tool
+
+    @tool
+    def get_weather(city: str) -> str:
+        """Get the current weather in a city."""
+        return "sunny"
+    return get_weather
+
+
+@pytest.mark.parametrize("name", [SMOL, STORIES])
+def test_langchain_invoke_and_stream(servers, name):
+    """ChatOpenAI.invoke and .stream (greedy): the same text; the streamed usage (it asks
+    for stream_options.include_usage) adds up. Catches a stream whose chunks do not join to
+    the answer, or usage missing from the stream."""
+    llm = chat_openai(servers, name, max_tokens=24, stream_usage=True)
+    whole = llm.invoke("Bob is 30 years old.")
+    chunks = list(llm.stream("Bob is 30 years old."))
+    assert whole.content and "".join(c.content for c in chunks) == whole.content
+    acc = chunks[0]
+    for c in chunks[1:]:
+        acc = acc + c
+    assert acc.usage_metadata == whole.usage_metadata
+    assert acc.response_metadata["finish_reason"] == whole.response_metadata["finish_reason"]
+
+
+@pytest.mark.parametrize("name", [SMOL, STORIES])
+@pytest.mark.parametrize("method", ["json_schema", "function_calling"])
+def test_langchain_structured_output(servers, name, method):
+    """with_structured_output(Person): its default json_schema method (response_format with
+    strict) and function_calling (a tool forced by name): a validated Person. Catches an
+    invented key or a schema not applied (the parser raises), a named tool_choice answered
+    with text."""
+    out = chat_openai(servers, name).with_structured_output(Person, method=method)
+    assert isinstance(out.invoke("Bob is 30 years old."), Person)
+
+
+@pytest.mark.parametrize("name", [SMOL, STORIES])
+def test_langchain_bind_tools(servers, name):
+    """bind_tools + tool_choice (by name, and "any" = required): the call lands in
+    AIMessage.tool_calls with parsed args, no invalid_tool_calls; streamed, the chunks'
+    tool_call_chunks merge into the same call. Catches arguments that are not JSON (they go
+    to invalid_tool_calls), streamed pieces with repeated ids or names (merged into a broken
+    call), a call left in content."""
+    weather = lc_weather_tool()
+    llm = chat_openai(servers, name)
+    for choice in ("get_weather", "any"):
+        bound = llm.bind_tools([weather], tool_choice=choice)
+        msg = bound.invoke("What is the weather in Paris?")
+        assert not msg.invalid_tool_calls and not msg.content
+        assert [c["name"] for c in msg.tool_calls] == ["get_weather"]
+        assert isinstance(msg.tool_calls[0]["args"]["city"], str)
+    chunks = list(bound.stream("What is the weather in Paris?"))
+    acc = chunks[0]
+    for c in chunks[1:]:
+        acc = acc + c
+    assert not acc.invalid_tool_calls
+    assert [(c["name"], c["args"]) for c in acc.tool_calls] == \
+        [(c["name"], c["args"]) for c in msg.tool_calls]
+    assert acc.response_metadata["finish_reason"] == "tool_calls"
+
+
+def test_langchain_tool_loop(servers):
+    """The tool loop LangChain documents: the AIMessage with the call, then a ToolMessage
+    with the tool's result, sent back; 200 and an AIMessage."""
+    from langchain_core.messages import AIMessage, HumanMessage
+    weather = lc_weather_tool()
+    llm = chat_openai(servers, SMOL, max_tokens=30)
+    ask = HumanMessage("What is the weather in Paris?")
+    call = llm.bind_tools([weather], tool_choice="get_weather").invoke([ask])
+    results = [weather.invoke(tc) for tc in call.tool_calls]     # ToolMessages
+    assert isinstance(llm.bind_tools([weather]).invoke([ask, call, *results]), AIMessage)
+
+
+# ---- instructor ----
+
+@pytest.mark.parametrize("name", [SMOL, STORIES])
+@pytest.mark.parametrize("mode", ["JSON_SCHEMA", "TOOLS"])
+def test_instructor_modes(oa, name, mode):
+    """instructor.from_openai(client, mode=...).create(response_model=Person), no retries:
+    JSON_SCHEMA (response_format json_schema) and TOOLS (a tool forced by name) return a
+    validated Person the first time. Catches what would make
+    instructor retry or fail: an open object, a call in content, a truncated call."""
+    import instructor
+    client = instructor.from_openai(oa[name], mode=getattr(instructor.Mode, mode))
+    p = client.chat.completions.create(model=name, response_model=Person, messages=ASK_BOB,
+                                       max_tokens=120, temperature=0, max_retries=0)
+    assert isinstance(p, Person)
+
+
+def test_instructor_json_mode(oa):
+    """instructor's JSON mode (json_object, the schema in a system message) on SmolLM2: a
+    validated Named, and every answer a JSON object. Catches json_object not applied (prose
+    or fenced JSON, which the mode's parser then has to dig out)."""
+    import instructor
+    from instructor.core.exceptions import InstructorError
+    client = instructor.from_openai(oa[SMOL], mode=instructor.Mode.JSON)
+
+    def attempt(prompt):
+        p, raw = client.chat.completions.create_with_completion(
+            model=SMOL, response_model=Named, messages=[{"role": "user", "content": prompt}],
+            max_tokens=80, temperature=0, max_retries=0)
+        assert raw.choices[0].message.content.startswith("{")
+        return p
+    assert isinstance(first_success(attempt, InstructorError), Named)
+
+
+def test_instructor_partial_stream(oa):
+    """create_partial (TOOLS mode: streamed tool-call arguments) ends with the same Person
+    as create. Catches streamed argument pieces that do not join to the call's arguments."""
+    import instructor
+    client = instructor.from_openai(oa[SMOL], mode=instructor.Mode.TOOLS)
+    kw = dict(model=SMOL, response_model=Person, messages=ASK_BOB, max_tokens=120,
+              temperature=0, max_retries=0)
+    whole = client.chat.completions.create(**kw)
+    parts = list(client.chat.completions.create_partial(**kw))
+    assert parts[-1].model_dump() == whole.model_dump()
+
+
+# ---- llm ----
+
+@pytest.fixture(scope="module")
+def llm_home(servers, tmp_path_factory):
+    """LLM_USER_PATH with an extra-openai-models.yaml naming both servers, as llm's docs say
+    for OpenAI-compatible servers (api_base; no key needed)."""
+    home = tmp_path_factory.mktemp("llm")
+    (home / "extra-openai-models.yaml").write_text(
+        f"- model_id: reame-smol\n  model_name: {SMOL}\n  api_base: {url(servers, SMOL)}\n"
+        "  supports_schema: true\n  supports_tools: true\n"
+        f"- model_id: reame-stories\n  model_name: {STORIES}\n"
+        f"  api_base: {url(servers, STORIES)}\n  supports_schema: true\n"
+        f"- model_id: reame-stories-completion\n  model_name: {STORIES}\n"
+        f"  api_base: {url(servers, STORIES)}\n  completion: true\n")
+    return home
+
+
+@pytest.fixture
+def llm_lib(llm_home, monkeypatch):
+    monkeypatch.setenv("LLM_USER_PATH", str(llm_home))
+    import llm
+    return llm
+
+
+@pytest.mark.parametrize("model_id", ["reame-smol", "reame-stories"])
+def test_llm_library(llm_lib, model_id):
+    """llm.get_model(...).prompt(): text (streamed by default, so the pieces are the deltas)
+    and schema= (response_format json_schema): one JSON object of Person. Catches a stream
+    the openai plugin cannot read, schema output with an invented key (Person.model_validate
+    refuses it) or cut."""
+    m = llm_lib.get_model(model_id)
+    r = m.prompt("Bob is 30 years old.", temperature=0, max_tokens=20)
+    pieces = list(r)
+    assert pieces and "".join(pieces) == r.text()
+    s = m.prompt("Bob is 30 years old.", schema=Person, temperature=0, max_tokens=120)
+    Person.model_validate_json(s.text())
+
+
+def test_llm_completion_model(llm_lib):
+    """An llm completion model (`completion: true`) on /v1/completions of stories260K."""
+    r = llm_lib.get_model("reame-stories-completion").prompt("Once upon a time", max_tokens=16,
+                                                            temperature=0)
+    assert r.text()         # (llm records no usage for completion models)
+
+
+def run_llm_cli(llm_home, *args):
+    env = {**os.environ, "LLM_USER_PATH": str(llm_home)}
+    for k in ("OPENAI_API_KEY", "OPENAI_BASE_URL"):
+        env.pop(k, None)
+    p = subprocess.run([str(Path(sys.executable).with_name("llm")), *args], env=env,
+                       capture_output=True, text=True, timeout=120 * TIME_SCALE)
+    assert p.returncode == 0, p.stderr
+    return p.stdout
+
+
+def test_llm_cli(llm_home):
+    """The `llm` command: `llm -m reame-smol PROMPT` prints an answer; `llm --schema 'name,
+    age int'` (llm's schema DSL) prints one JSON object with exactly those keys."""
+    assert run_llm_cli(llm_home, "-m", "reame-smol", "-n", "-o", "max_tokens", "12",
+                       "-o", "temperature", "0", "Say hello.").strip()
+    out = run_llm_cli(llm_home, "-m", "reame-smol", "-n", "--schema", "name, age int",
+                      "-o", "temperature", "0", "-o", "max_tokens", "80",
+                      "Bob is 30 years old.")
+    obj = json.loads(out)
+    assert set(obj) == {"name", "age"} and isinstance(obj["age"], int)
+
+
+# ---- pydantic-ai ----
+
+def pai_model(servers, name):
+    from pydantic_ai.models.openai import OpenAIChatModel
+    from pydantic_ai.providers.openai import OpenAIProvider
+    return OpenAIChatModel(name, provider=OpenAIProvider(base_url=url(servers, name),
+                                                         api_key="sk-unused"))
+
+
+PAI_SETTINGS = {"temperature": 0, "max_tokens": 120}
+
+
+@pytest.mark.parametrize("name", [SMOL, STORIES])
+def test_pydantic_ai_text(servers, name):
+    """Agent.run_sync with text output; run_stream's text equals it. Catches streamed text
+    (and pydantic-ai's usage chunk handling) that does not add up."""
+    from pydantic_ai import Agent
+    agent = Agent(pai_model(servers, name), model_settings={**PAI_SETTINGS, "max_tokens": 24})
+    whole = agent.run_sync("Bob is 30 years old.")
+    assert isinstance(whole.output, str) and whole.output
+
+    async def streamed():
+        async with agent.run_stream("Bob is 30 years old.") as r:
+            return await r.get_output(), r.usage
+    text, usage = asyncio.run(streamed())
+    assert text == whole.output
+    usage = usage() if callable(usage) else usage
+    assert (usage.input_tokens, usage.output_tokens) == \
+        (whole.usage.input_tokens, whole.usage.output_tokens) and usage.output_tokens > 0
+
+
+@pytest.mark.parametrize("name", [SMOL, STORIES])
+@pytest.mark.parametrize("mode", ["tool", "native"])
+def test_pydantic_ai_structured_output(servers, name, mode):
+    """output_type=Person with no retry allowed, in pydantic-ai's tool output mode (its
+    default: a final_result tool, tool_choice required) and NativeOutput (response_format
+    json_schema, strict): a validated Person the first time. Catches whatever would make
+    pydantic-ai retry: an open object, a call in content, a strict schema refused."""
+    from pydantic_ai import Agent, NativeOutput
+    output_type = Person if mode == "tool" else NativeOutput(Person)
+    agent = Agent(pai_model(servers, name), output_type=output_type,
+                  model_settings=PAI_SETTINGS, retries=0)
+    assert isinstance(agent.run_sync("Bob is 30 years old.").output, Person)
+
+
+def test_pydantic_ai_prompted_output(servers):
+    """PromptedOutput (json_object, the schema in the system prompt) on SmolLM2: a Named."""
+    from pydantic_ai import Agent, PromptedOutput
+    from pydantic_ai.exceptions import UnexpectedModelBehavior
+    agent = Agent(pai_model(servers, SMOL), output_type=PromptedOutput(Named),
+                  model_settings=PAI_SETTINGS, retries=0)
+    out = first_success(lambda p: agent.run_sync(p).output, UnexpectedModelBehavior)
+    assert isinstance(out, Named)
+
+
+def test_pydantic_ai_streamed_structured_output(servers):
+    """run_stream with output_type=Person (the final_result tool's arguments streamed):
+    partial outputs, then the same Person as run_sync."""
+    from pydantic_ai import Agent
+    agent = Agent(pai_model(servers, SMOL), output_type=Person, model_settings=PAI_SETTINGS)
+
+    async def streamed():
+        async with agent.run_stream("Bob is 30 years old.") as r:
+            return [o async for o in r.stream_output()], await r.get_output()
+    partials, final = asyncio.run(streamed())
+    assert isinstance(final, Person) and partials
+    assert final == agent.run_sync("Bob is 30 years old.").output
+
+
+def test_pydantic_ai_function_tool(servers):
+    """An agent with a function tool: forced on the first step (SmolLM2 does not choose tools
+    by itself; pydantic-ai's per-step tool_choice, a capability), the agent runs it with
+    arguments that validate, sends the result back and the model answers in text. Catches a
+    named tool_choice not honoured, arguments pydantic-ai cannot validate, a tool result
+    message refused."""
+    from pydantic_ai import Agent
+    from pydantic_ai.capabilities import AbstractCapability
+    from pydantic_ai.messages import ToolCallPart, ToolReturnPart
+
+    @dataclass
+    class CallWeatherFirst(AbstractCapability):
+        def get_model_settings(self):
+            return lambda ctx: {"tool_choice": ["get_weather"] if ctx.run_step == 1 else "none"}
+
+    agent = Agent(pai_model(servers, SMOL), model_settings={**PAI_SETTINGS, "max_tokens": 40},
+                  capabilities=[CallWeatherFirst()])
+    cities = []
+
+    @agent.tool_plain
+    def get_weather(city: str) -> str:
+        """Get the current weather in a city."""
+        cities.append(city)
+        return "sunny"
+    r = agent.run_sync("What is the weather in Paris?")
+    assert len(cities) == 1 and isinstance(cities[0], str)
+    parts = [p for m in r.all_messages() for p in m.parts]
+    assert [type(p) for p in parts if isinstance(p, (ToolCallPart, ToolReturnPart))] == \
+        [ToolCallPart, ToolReturnPart]
+    assert isinstance(r.output, str)
+
+
+# ---- last: nothing above got a 5xx ----
+
+def test_no_5xx_from_any_client(servers):
+    """Whatever the clients above sent, neither server answered a 5xx (counted in
+    reame_requests_total by status, streams included)."""
+    for s in servers.values():
+        bad = {k: v for k, v in s.metrics().items()
+               if k.startswith("reame_requests_total") and 'status="5' in k and v
+               and 'endpoint="/health"' not in k}         # 503 while loading, as it should
+        assert not bad, (bad, s.log())

@@ -631,7 +631,7 @@ def test_a_candidate_is_checked_at_each_slot_shape_of_its_class():
     kern = SimpleNamespace(symbol="cand")
     tuner.engine = SimpleNamespace(kernels={}, isa=None)
     tuner.refused, tuner._lock, tuner._ready = 0, threading.Lock(), []
-    tuner._event = lambda msg: None
+    tuner._event = lambda msg, level=None: None
     cls = SimpleNamespace(slots=[0, 1, 2], tried={}, key="rms_norm@4")
 
     class Spec:

@@ -139,6 +139,8 @@ class KernelTuner:
                 dims = {d: s.kernel.spec.p[d] for d in op.dims if d in s.kernel.spec.p}
                 c.candidates = [sp for sp in op.specs(s.kernel.spec.dtype, self.engine.isa,
                                                       **dims) if sp != s.kernel.spec]
+                if self.exact:      # the live family's other tiles first: the likeliest to be
+                    c.candidates.sort(key=lambda sp: sp.family != c.spec.family)  # bit-identical
             c.slots.append(s.index)
             self._by_slot[s.index] = c
 
@@ -271,7 +273,10 @@ class KernelTuner:
             except VariantRejected as e:
                 self.refused += 1
                 cls.tried[spec.label()] = f"refused: {e}"
-                self._event(f"refused {spec.label()} for {cls.key}: {e}")
+                # another arithmetic under exact tuning is expected (most other families):
+                # reported, not logged at info
+                self._event(f"refused {spec.label()} for {cls.key}: {e}",
+                            logging.DEBUG if "not bit-identical" in str(e) else logging.INFO)
             except Exception as e:                           # a build failure: skip it
                 cls.tried[spec.label()] = f"failed: {type(e).__name__}: {e}"
                 log.warning("could not build %s: %s", spec.label(), e)
@@ -326,8 +331,8 @@ class KernelTuner:
         with self._lock:
             self._ready.insert(0, (cls, live, previous, True))
 
-    def _event(self, text: str) -> None:
-        log.info("adaptive: %s", text)
+    def _event(self, text: str, level: int = logging.INFO) -> None:
+        log.log(level, "adaptive: %s", text)
         self.events = (self.events + [text])[-50:]
 
     # ---- state ----

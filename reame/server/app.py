@@ -14,7 +14,8 @@ import time
 import falcon
 
 from .config import ServerConfig
-from .messages_api import Messages, anthropic_error, is_messages_path
+from .messages_api import Messages
+from .messages_models import anthropic_error, is_messages_path
 from .metrics import Metrics
 from .responses import ClosingStream, Job, client_connected, embeddings_result
 from .schemas import (APIError, error_body, parse_chat, parse_completion, parse_detokenize,

@@ -14,8 +14,9 @@ is rendered as Anthropic's `message` object, or its stream as Anthropic's events
 
 and `event: error` on a failure after the stream started. Errors on these paths are
 Anthropic's shape, `{"type": "error", "error": {"type", "message"}}` (app.py's handlers call
-`anthropic_error` for paths under /v1/messages). POST /v1/messages/count_tokens counts the
-prompt the same request would have.
+`messages_models.anthropic_error` for paths under /v1/messages, and so does the worker for
+the errors it answers itself). POST /v1/messages/count_tokens counts the prompt the same
+request would have.
 
 Translation (Anthropic -> chat): `system` (a string or text blocks) is a system message;
 user text blocks are a user message's text parts, each `tool_result` a `tool` message
@@ -39,27 +40,9 @@ from pydantic import ValidationError
 from .messages_models import (CountTokensRequest, DocumentBlock, ImageBlock, MessageOut,
                               MessagesRequest, RedactedThinkingBlock, TextBlock, TextOut,
                               ThinkingBlock, ThinkingOut, ToolResultBlock, ToolUseBlock,
-                              ToolUseOut, Usage)
+                              ToolUseOut, Usage, anthropic_error)
 from .responses import ClosingStream, Job, client_connected
 from .schemas import APIError, GenerationRequest, invalid, parse_chat, parse_json
-
-# ---- errors: Anthropic's shape ----
-
-ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error",
-               403: "permission_error", 404: "not_found_error", 413: "request_too_large",
-               429: "rate_limit_error", 500: "api_error", 503: "overloaded_error",
-               504: "timeout_error", 529: "overloaded_error"}
-
-
-def is_messages_path(path: str) -> bool:
-    return path == "/v1/messages" or path.startswith("/v1/messages/")
-
-
-def anthropic_error(status: int, message: str) -> dict:
-    """Anthropic's error body for an HTTP status."""
-    kind = ERROR_TYPES.get(status) or ("api_error" if status >= 500 else "invalid_request_error")
-    return {"type": "error", "error": {"type": kind, "message": message}}
-
 
 def _where(body, loc) -> str:
     """A pydantic error location as a path in the request (`messages[0].content[1].text`):

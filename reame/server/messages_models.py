@@ -11,6 +11,24 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+# ---- errors: Anthropic's shape ----
+
+ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error",
+               403: "permission_error", 404: "not_found_error", 413: "request_too_large",
+               429: "rate_limit_error", 500: "api_error", 503: "overloaded_error",
+               504: "timeout_error", 529: "overloaded_error"}
+
+
+def is_messages_path(path: str) -> bool:
+    return path == "/v1/messages" or path.startswith("/v1/messages/")
+
+
+def anthropic_error(status: int, message: str) -> dict:
+    """Anthropic's error body for an HTTP status."""
+    kind = ERROR_TYPES.get(status) or ("api_error" if status >= 500 else "invalid_request_error")
+    return {"type": "error", "error": {"type": kind, "message": message}}
+
+
 # ---- the request ----
 
 class _Strict(BaseModel):

@@ -48,6 +48,7 @@ from functools import partial
 from gunicorn.http import errors as gerrors
 from gunicorn.workers.gthread import ThreadWorker, TConn
 
+from .messages_models import anthropic_error, is_messages_path
 from .schemas import error_body
 
 RETRY_AFTER = 1
@@ -208,12 +209,14 @@ class RequestReader:
 
 
 def http_error(status: int, message: str, headers: dict | None = None,
-               code: str | None = None) -> bytes:
-    """A whole HTTP/1.1 response carrying the OpenAI error body; the connection closes."""
+               code: str | None = None, path: str = "") -> bytes:
+    """A whole HTTP/1.1 response carrying the OpenAI error body (Anthropic's for a request to
+    /v1/messages); the connection closes."""
     kind = "invalid_request_error" if status < 500 else "server_error"
     code = code or {408: "request_timeout", 413: "request_too_large", 414: "uri_too_long",
                     431: "request_header_fields_too_large", 503: "server_busy"}.get(status)
-    body = json.dumps(error_body(message, kind, None, code)).encode()
+    body = json.dumps(anthropic_error(status, message) if is_messages_path(path) else
+                      error_body(message, kind, None, code)).encode()
     reason = _REASONS.get(status, "Error")
     head = [f"HTTP/1.1 {status} {reason}", "Connection: close",
             "Content-Type: application/json", f"Content-Length: {len(body)}"]
@@ -425,8 +428,9 @@ class ReameWorker(ThreadWorker):
         """Answer an error from the event loop, then close gracefully."""
         self.log.info("%s to %s: %s", status, _peer(conn), message)
         self._leave(conn)
+        path = _target(conn.reader)
         conn.reader = None
-        if _send_now(conn.sock, http_error(status, message, headers, code)):
+        if _send_now(conn.sock, http_error(status, message, headers, code, path)):
             self.linger(conn)
         else:
             self._drop(conn)
@@ -493,12 +497,22 @@ class ReameWorker(ThreadWorker):
         else:
             self.log.exception("Error handling request")
         try:
-            _send_now(client, http_error(status, message))
+            _send_now(client, http_error(status, message, path=getattr(req, "path", "") or ""))
         except Exception:
             self.log.debug("Failed to send error message.")
 
 
 # ---- helpers ----
+
+def _target(reader: RequestReader | None) -> str:
+    """The path of the request being read, as far as its request line has arrived ("" if
+    unknown)."""
+    if reader is None:
+        return ""
+    line = bytes(reader.buf[:reader.max_line + 2]).lstrip(b"\r\n").split(b"\r\n", 1)[0]
+    parts = line.split()
+    return parts[1].split(b"?", 1)[0].decode("latin-1") if len(parts) > 1 else ""
+
 
 def _send_now(sock, data: bytes) -> bool:
     """Write without blocking (an error answer is small); False if the socket took not all."""

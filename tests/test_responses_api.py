@@ -12,6 +12,7 @@ of 3 responses for the bound. Each test names the wrong implementation it catche
 from __future__ import annotations
 
 import json
+import time
 
 import openai
 import pydantic
@@ -363,12 +364,45 @@ def test_logprobs(client):
 
 
 def test_requests_are_counted_by_endpoint(smol, client):
-    """/v1/responses in reame_requests_total like the other endpoints, streams included.
-    Catches: the route missing from the metrics' endpoint set (counted as 'other')."""
-    m = smol.metrics(headers={"Authorization": f"Bearer {KEY}"})
-    assert m['reame_requests_total{endpoint="/v1/responses",status="200"}'] >= 10
-    assert m['reame_requests_total{endpoint="/v1/responses",status="400"}'] >= 20
-    assert m['reame_requests_total{endpoint="/v1/responses/{response_id}",status="404"}'] >= 2
+    """/v1/responses in reame_requests_total like the other endpoints, streams included (when
+    they end), and the item route by its template. Catches: the routes missing from the
+    metrics' endpoint set (counted as 'other'), a stream counted before its end or never."""
+    auth = {"Authorization": f"Bearer {KEY}"}
+    key = 'reame_requests_total{endpoint="%s",status="%d"}'
+    routes = [("/v1/responses", 200), ("/v1/responses", 400),
+              ("/v1/responses/{response_id}", 404)]
+    before = smol.metrics(headers=auth)
+    client.responses.create(input="Hi", max_output_tokens=2, **GREEDY)
+    list(client.responses.create(input="Hi", max_output_tokens=2, stream=True, **GREEDY))
+    http("POST", smol.url + "/v1/responses", {"input": 1}, auth)
+    http("GET", smol.url + "/v1/responses/resp_nope", headers=auth)
+    after = smol.metrics(headers=auth)
+    assert [after.get(key % r, 0) - before.get(key % r, 0) for r in routes] == [2, 1, 1]
+
+
+def test_a_client_that_leaves_cancels_the_generation(smol, client):
+    """Closing a stream early cancels its generation (ClosingStream) and counts a 499.
+    Catches: the SSE body not wrapped in ClosingStream (the engine keeps generating for
+    nobody), the stream counted as 200."""
+    auth = {"Authorization": f"Bearer {KEY}"}
+    key = 'reame_requests_total{endpoint="/v1/responses",status="499"}'
+    before = smol.metrics(headers=auth).get(key, 0)
+    stream = client.responses.create(input="Tell me a long story.", stream=True,
+                                     max_output_tokens=900, extra_body={"ignore_eos": True},
+                                     **GREEDY)
+    for _, e in zip(range(6), stream):
+        pass
+    stream.close()
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        m = smol.metrics(headers=auth)
+        if m.get(key, 0) == before + 1 and m["reame_running_requests"] == 0:
+            break
+        time.sleep(0.1)
+    assert m.get(key, 0) == before + 1 and m["reame_running_requests"] == 0
+    gen = m["reame_generation_tokens_total"]
+    time.sleep(0.5)
+    assert smol.metrics(headers=auth)["reame_generation_tokens_total"] == gen
 
 
 # ---- pydantic-ai ----

@@ -449,6 +449,8 @@ class Responses:
     def on_get_item(self, req, resp, response_id):
         resp.media = self._stored(response_id)[0]
 
+    on_head_item = on_get_item
+
     def on_get_input_items(self, req, resp, response_id):
         response, items = self._stored(response_id)
         n = len(response["output"])
@@ -457,6 +459,8 @@ class Responses:
         resp.media = {"object": "list", "data": data, "has_more": False,
                       "first_id": data[0]["id"] if data else None,
                       "last_id": data[-1]["id"] if data else None}
+
+    on_head_input_items = on_get_input_items
 
     def on_delete_item(self, req, resp, response_id):
         if not self.store.delete(response_id):

@@ -163,6 +163,21 @@ def test_max_tokens(client):
     assert r.stop_reason == "max_tokens" and r.usage.output_tokens == 3
 
 
+def test_output_config_format_constrains_the_answer(client):
+    """output_config.format (Anthropic's structured outputs) holds the text to the schema, with
+    closed objects. Catches the field accepted and ignored (SmolLM2 answers prose)."""
+    schema = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 10},
+                                               "age": {"type": "integer"}},
+              "required": ["name", "age"]}
+    r = client.messages.create(model="m", max_tokens=40, extra_body=GREEDY,
+                               output_config={"format": {"type": "json_schema",
+                                                         "schema": schema}},
+                               messages=[{"role": "user", "content": "Describe a person."}])
+    value = json.loads(_text(r))
+    jsonschema.validate(value, schema)
+    assert set(value) == {"name", "age"} and r.stop_reason == "end_turn"
+
+
 def test_count_tokens(client):
     """count_tokens equals the prompt a create with the same conversation uses, and counts the
     tools. Catches counting the raw text, not the rendered template, or ignoring tools."""

@@ -259,6 +259,76 @@ def test_store_bounds_count_bytes_and_evicts_least_recently_used():
     assert s.bytes == sum(e[2] for e in s._d.values())
 
 
+# ---- the event stream alone (paths a real model does not take on demand) ----
+
+class _FakeJob:
+    def __init__(self, deltas, n_calls):
+        from types import SimpleNamespace
+        self._d, self.stream_status = deltas, 499
+        self.choices = [SimpleNamespace(out=SimpleNamespace(calls=[None] * n_calls))]
+        self.req = SimpleNamespace(logprobs=False)
+
+    def deltas(self):
+        yield from self._d
+
+    def _chat_logprobs(self, entries):
+        return {"content": []}
+
+
+class _FakeCtx:
+    logprobs = False
+
+    def __init__(self, job):
+        self.job = job
+
+    def response(self, status, output, usage=None, error=None, finish=None):
+        return {"status": status, "output": list(output), "error": error}
+
+    def finish(self, output, finish, reasoning):
+        self.stored = output
+        return self.response("completed" if finish != "length" else "incomplete", output)
+
+
+def _events(deltas, n_calls=0):
+    from reame.server.responses_stream import EventStream
+    job = _FakeJob(deltas, n_calls)
+    ctx = _FakeCtx(job)
+    out = [json.loads(b.split(b"data: ", 1)[1]) for b in EventStream(ctx).run()]
+    return out, job
+
+
+def test_stream_failure_and_cut_calls():
+    """An engine failure mid-stream ends with response.failed carrying the error (status for
+    the metrics: the error's); a call cut by max_output_tokens was streamed but is not in the
+    final output (as the whole response leaves it out), and the text before it stays.
+    Catches: a failure ending with response.completed or no terminal event, a cut call in
+    the final output, stream_status left at 499 after a complete stream."""
+    from reame.server.responses import Delta
+    from reame.server.schemas import APIError
+    err = APIError(500, "sampling failed", "server_error", None, "engine_error")
+    ev, job = _events([Delta(0, {"content": "Hi"}), Delta(0, {}, error=err)])
+    assert [e["type"] for e in ev][-3:] == ["response.content_part.done",
+                                           "response.output_item.done", "response.failed"]
+    assert ev[-1]["response"]["error"] == {"code": "server_error", "message": "sampling failed"}
+    assert job.stream_status == 500
+    call = {"index": 0, "id": "call_1", "type": "function",
+            "function": {"name": "f", "arguments": ""}}
+    ev, job = _events([Delta(0, {"content": "Let me see."}), Delta(0, {"tool_calls": [call]}),
+                       Delta(0, {"tool_calls": [{"index": 0, "function": {"arguments": "{"}}]}),
+                       Delta(0, {}, finish_reason="length")], n_calls=0)
+    types = [e["type"] for e in ev]
+    assert types.count("response.output_item.added") == 2
+    assert types.count("response.function_call_arguments.delta") == 1
+    final = ev[-1]
+    assert final["type"] == "response.incomplete" and job.stream_status == 200
+    assert [o["type"] for o in final["response"]["output"]] == ["message"]
+    assert final["response"]["output"][0]["status"] == "completed"
+    cut = [e for e in ev if e["type"] == "response.output_item.done"][-1]["item"]
+    assert cut["type"] == "function_call" and cut["status"] == "incomplete"
+    ev, _ = _events([Delta(0, {}, finish_reason="stop")])   # nothing generated: empty message
+    assert [o["type"] for o in ev[-1]["response"]["output"]] == ["message"]
+
+
 # ---- errors ----
 
 @pytest.mark.parametrize("body,param", [

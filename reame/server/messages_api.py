@@ -44,6 +44,7 @@ from .messages_models import (CountTokensRequest, DocumentBlock, ImageBlock, Mes
 from .responses import ClosingStream, Job, client_connected
 from .schemas import APIError, GenerationRequest, invalid, parse_chat, parse_json
 
+
 def _where(body, loc) -> str:
     """A pydantic error location as a path in the request (`messages[0].content[1].text`):
     the union members and discriminator tags pydantic puts in `loc` are skipped."""

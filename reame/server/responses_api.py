@@ -184,8 +184,7 @@ def input_items(value) -> list:
 
 # ---- the request -> a chat-completions body ----
 
-BUILTIN_REFUSED = ("background", "conversation", "prompt", "context_management", "moderation",
-                   "prompt_cache_options")
+REFUSED = ("conversation", "prompt", "context_management", "moderation")
 
 
 def refuse_unsupported(r: M.ResponsesRequest) -> None:
@@ -193,7 +192,7 @@ def refuse_unsupported(r: M.ResponsesRequest) -> None:
         raise invalid("background", "'background': true is not supported by this server; "
                       "responses are generated while the request waits (or streams).",
                       "unsupported_parameter")
-    for name in BUILTIN_REFUSED[1:]:
+    for name in REFUSED:
         if getattr(r, name) is not None:
             raise invalid(name, f"'{name}' is not supported by this server"
                           + (" (use previous_response_id)." if name == "conversation" else "."),

@@ -208,7 +208,7 @@ class ResponsesRequest(_In):
     prompt: Any = None
     context_management: Any = None
     moderation: Any = None
-    prompt_cache_options: Any = None
+    prompt_cache_options: dict[str, Any] | None = None      # caching hints: no effect here
     # extensions, passed to the chat request as they are and checked there (as on
     # /v1/chat/completions; EXTENSIONS in responses_api.py)
     seed: Any = None

@@ -1,4 +1,5 @@
-"""A prompt chunk after a long cached context, one sequence alone, f32 vs bf16 attention.
+"""A prompt chunk after a long cached context, one sequence alone, f32 vs bf16 (vs invariant)
+attention.
 
 What the multi-turn trace's tenth turn does without the server around it: `--new` new tokens
 (one prefill step) at positions `--cached` .. `--cached + new - 1` of one sequence whose first
@@ -8,7 +9,7 @@ the Qwen2.5-0.5B-shaped Q8_0 file bench/trace.py serves), with each `--attn-type
 chunk's forward step, best of `--rounds`, and of that step the thread-seconds spent in each op
 site's kernels (the dispatch table's per-slot timings: where the cached context's cost goes).
 
-    python -m bench.prefill_context [--new 310] [--cached 0,2800] [--attn-type f32,bf16]
+    python -m bench.prefill_context [--new 310] [--cached 0,2800] [--attn-type f32,bf16,invariant]
                                     [--threads 2] [--rounds 3] [--json PATH]
 """
 
@@ -46,7 +47,8 @@ def run(model, attn_type: str, new: int, cached: list[int], threads: int, rounds
     eng = JITEngine(model, n_ctx=n_ctx, max_seqs=1, threads=threads, attn_type=attn_type,
                     max_batch_tokens=max(chunk, new))
     try:
-        kinds = sorted({f"{s.kernel.spec.family}/{s.kernel.spec.dtype}" for s in eng.table.slots
+        kinds = sorted({f"{s.kernel.spec.op}/{s.kernel.spec.family}/{s.kernel.spec.dtype}"
+                        for s in eng.table.slots
                         if s.name.endswith(f".attn@{eng.buckets[-1]}")})
         toks = prompt_tokens(model.config.n_vocab, max(cached) + new, seed=1)
         out = {"attn_type": eng.attn_type, "prompt_attention": kinds, "seconds": {},
@@ -78,7 +80,7 @@ def main(argv=None) -> int:
     ap.add_argument("--model", default="qwen2-0.5b:Q8_0", help="bench/synth.py shape:mix")
     ap.add_argument("--new", type=int, default=310, help="tokens of the timed chunk")
     ap.add_argument("--cached", default="0,2800", help="comma list of cached positions before it")
-    ap.add_argument("--attn-type", default="f32,bf16", help="comma list: f32, bf16")
+    ap.add_argument("--attn-type", default="f32,bf16", help="comma list: f32, bf16, invariant")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--json", default=None, help="write the results here")

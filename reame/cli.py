@@ -142,8 +142,11 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
                    help="attention precision of prompt chunks: bf16 = AMX-BF16 tiles (q, k, v "
                         "and softmax weights rounded to bf16; faster at long contexts; jit "
                         "engine, CPUs with AMX, else f32 with a warning), f32, or auto = bf16 "
-                        "where the CPU has AMX-BF16 and --act-type is q8, else f32 "
-                        "(default: auto)")
+                        "where the CPU has AMX-BF16 and --act-type is q8, else f32, or "
+                        "invariant = prompt chunks through the decode attention kernel (f32): "
+                        "a token's numbers then do not depend on which step or batch it is "
+                        "computed in, so greedy outputs do not change with concurrency or "
+                        "speculation (slower prompts at long contexts) (default: auto)")
     p.add_argument("--isa", default=None, metavar="LEVEL",
                    help="build kernels for a lower ISA level (generic, avx2, avx512, ...; "
                         "default: this CPU's highest, or $REAME_ISA)")

@@ -24,7 +24,7 @@ DEFAULT_ACT_TYPE = {"jit": "q8", "reference": "f32"}
 # match the f32 reference, keeps f32 attention too; the reference engine: always f32). Decode
 # steps and windowed / soft-capped layers stay f32. Decided in reame/jit/select.py
 # (attn_precision, attn_prefill_spec).
-ATTN_TYPES = ("auto", "f32", "bf16")
+ATTN_TYPES = ("auto", "f32", "bf16", "invariant")
 DEFAULT_ATTN_TYPE = "auto"
 
 

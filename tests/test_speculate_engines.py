@@ -244,3 +244,37 @@ def test_a_tokens_logits_do_not_depend_on_the_step_size():
         assert np.array_equal(alone, five) and np.array_equal(alone, twelve)
     finally:
         eng.close()
+
+
+@pytest.mark.parametrize("attn_type", ["invariant", "f32"])
+def test_invariant_attention_keeps_a_tokens_logits_in_a_prompt_sized_step(attn_type):
+    """--attn-type invariant: a token decoded alone and the same token in a 40-token mixed step
+    (another sequence's 39-token prompt chunk beside it: the prompt program, above the 16-token
+    bucket) get bit-identical logits, so neither speculation's verify steps of several
+    sequences nor a prompt arriving beside a decode changes a greedy token. With f32 prompt
+    attention (attn_prefill's blocked kernel) they differ: the case this test builds is one
+    where the attention kernel matters. Catches an invariant mode that still runs attn_prefill
+    in prompt programs."""
+    from conftest import shared_path
+
+    from reame.batch import Batch
+    from reame.codegen.isa import detect
+    from reame.model import load_model
+    if not detect().has("avx512_vnni"):
+        pytest.skip("the row-panel family needs AVX-512 VNNI (elsewhere decode and batched "
+                    "steps use different tiles)")
+    model = load_model(shared_path("models/SmolLM2-135M-Instruct.Q4_1.gguf"))
+    eng = create_engine(model, "jit", n_ctx=256, max_seqs=2, threads=2, attn_type=attn_type)
+    try:
+        prompt = list(range(1000, 1060))
+        for slot in range(2):                   # the same cache in 2 slots, token by token
+            for i, t in enumerate(prompt):
+                eng.forward(Batch.decode([t], [i], [slot]))
+        n = len(prompt)
+        alone = eng.forward(Batch.decode([7], [n], [0]))[0]
+        chunk = list(range(2000, 2039))         # slot 1's next 39 prompt tokens
+        mixed = eng.forward(Batch.build([7, *chunk], [n, *range(n, n + 39)],
+                                        [0] + [1] * 39, [0]))[0]
+        assert np.array_equal(alone, mixed) == (attn_type == "invariant")
+    finally:
+        eng.close()

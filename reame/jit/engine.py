@@ -56,7 +56,10 @@ class JITEngine:
         """`cpus`: pin compute thread i to cpus[i] (reame/topology.py); None: threads float.
         `attn_type`: "f32", or "bf16" for prompt-chunk programs' attention on AMX-BF16 tiles
         (select.attn_prefill_spec; without AMX a warning is logged and attention stays f32), or
-        "auto": bf16 where this ISA has AMX-BF16 and activations are q8 (int_dot), else f32
+        "auto": bf16 where this ISA has AMX-BF16 and activations are q8 (int_dot), else f32, or
+        "invariant": every program's attention on attn_decode (f32), so that a token's
+        attention output is computed the same way in a step of any size (with matmul_q8's row
+        panels, its logits then do not depend on the batch: docs/speculation.md)
         (reame.engines.ATTN_TYPES)."""
         self.model, self.config = model, model.config
         c = self.config
@@ -207,7 +210,7 @@ class JITEngine:
         if c.attn_softcap:                           # Gemma 2 (absent otherwise: same kernels)
             attn_dims["softcap"] = float(c.attn_softcap)
         attn_op = ("attn_prefill" if bucket > BUCKETS[-1] and _has_op("attn_prefill")
-                   else "attn_decode")
+                   and self.attn_type != "invariant" else "attn_decode")
         emb = m.tensor("token_embd.weight")
         moe = []                                     # (router blocks, expert ops) per layer
 

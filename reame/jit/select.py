@@ -210,9 +210,12 @@ def attn_precision(attn_type: str, isa: ISA, int_dot: bool) -> str:
     """The engine's attention precision, "f32" or "bf16", from the option attn_type: "auto" is
     bf16 where this level has the AMX-BF16 family and activations are q8 (int_dot; f32
     activations ask for the reference's numerics: f32 attention too), else f32; "bf16" without
-    AMX-BF16 logs a warning and stays f32."""
-    if attn_type not in ("auto", "f32", "bf16"):
-        raise ValueError(f"attn_type {attn_type!r}: must be auto, f32 or bf16")
+    AMX-BF16 logs a warning and stays f32; "invariant" (f32 on the decode kernel in every
+    program: the engine's program builder) stays itself."""
+    if attn_type not in ("auto", "f32", "bf16", "invariant"):
+        raise ValueError(f"attn_type {attn_type!r}: must be auto, f32, bf16 or invariant")
+    if attn_type == "invariant":
+        return attn_type
     if attn_type == "auto":
         return "bf16" if int_dot and bf16_attention(isa) else "f32"
     if attn_type == "bf16" and not bf16_attention(isa):

@@ -19,7 +19,7 @@ class ServerConfig:
     ctx_size: int | None = None         # context per sequence (None: min(trained, 4096))
     kv_type: str = "f32"
     act_type: str | None = None         # q8 | f32 (None: the engine's default, see reame.engines)
-    attn_type: str = "auto"             # auto | f32 | bf16: prompt attention (reame.engines)
+    attn_type: str = "auto"             # auto | f32 | bf16 | invariant: prompt attention (reame.engines)
     # sequences generating at once per worker (the batch): None starts at DEFAULT_BATCH and lets
     # the adaptive runtime grow it up to AUTO_SLOTS while requests wait; a number fixes both
     max_seqs: int | None = None
@@ -169,8 +169,8 @@ class ServerConfig:
             raise ReameError("kv_type must be f32 or f16")
         if self.act_type not in (None, "q8", "f32"):
             raise ReameError("act_type must be q8 or f32")
-        if self.attn_type not in ("auto", "f32", "bf16"):
-            raise ReameError("attn_type must be auto, f32 or bf16")
+        if self.attn_type not in ("auto", "f32", "bf16", "invariant"):
+            raise ReameError("attn_type must be auto, f32, bf16 or invariant")
         if not (self.header_timeout > 0 and self.body_timeout > 0):
             raise ReameError("header_timeout and body_timeout must be > 0")
         if self.send_timeout < 0:

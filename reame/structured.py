@@ -135,12 +135,43 @@ def json_schema(schema, open_objects: bool = False) -> str:
         raise GrammarError("a JSON schema must be an object")
     if isinstance(schema, dict) and not open_objects:
         schema = close_objects(schema)
+    if isinstance(schema, dict):
+        schema = bound_integers(schema)
     try:
         return _llg().LLMatcher.grammar_from_json_schema(
             schema if isinstance(schema, dict) else {} if schema else {"not": {}},
             defaults=JSON_STYLE)
     except ValueError as e:
         raise GrammarError(f"invalid JSON schema: {e}") from None
+
+
+# the integers JSON exchanges exactly (RFC 8259 section 6, IEEE doubles): at most 16 digits
+SAFE_INTEGER = 2 ** 53 - 1
+_NOT_SCHEMAS = ("enum", "const", "default", "examples")     # values, not subschemas
+
+
+def bound_integers(schema: dict) -> dict:
+    """`schema` with each integer that has no lower (upper) bound given -(2**53 - 1) (2**53 -
+    1): at most 16 digits, as llama.cpp's json-schema-to-grammar writes an integer. Unbounded,
+    a small model writes digits until max_tokens (stories260K: `{"age": -300000000000...`, cut,
+    so the client has no JSON). A bound the schema gives is kept; numbers with a fraction are
+    not bounded (no JSON Schema keyword limits their digits). Returns a copy."""
+    def walk(s, key=None):
+        if key in _NOT_SCHEMAS:
+            return s
+        if isinstance(s, list):
+            return [walk(v) for v in s]
+        if not isinstance(s, dict):
+            return s
+        out = {k: walk(v, k) for k, v in s.items()}
+        t = s.get("type")
+        if t == "integer" or isinstance(t, list) and "integer" in t and "number" not in t:
+            if "minimum" not in s and "exclusiveMinimum" not in s:
+                out["minimum"] = -SAFE_INTEGER
+            if "maximum" not in s and "exclusiveMaximum" not in s:
+                out["maximum"] = SAFE_INTEGER
+        return out
+    return walk(schema)
 
 
 # keywords whose values are subschemas: a map of them, one, or a list of them

@@ -288,7 +288,8 @@ def _args_schema(f: dict) -> dict:
     schema = f.get("parameters")
     if not isinstance(schema, dict) or not schema:
         schema = {"type": "object"}
-    schema = dict(schema)
+    from .structured import bound_integers
+    schema = bound_integers(schema)
     schema["x-guidance"] = {**JSON_STYLE, **(schema.get("x-guidance") or {})}
     return schema
 

@@ -210,3 +210,54 @@ def test_sampler_never_draws_a_blocked_token_when_most_are_allowed(tok):
         s = Sampler(p, [])
         for _ in range(100):
             assert s.sample(logits, allowed).token not in blocked
+
+
+def test_bound_integers_gives_unbounded_integers_sixteen_digits():
+    """structured.bound_integers: an integer without a bound gets +-(2**53 - 1) (llama.cpp's
+    16 digits), at any depth and in a type list; bounds the schema gives, numbers, enum /
+    const / default values and the input are left alone."""
+    big = S.SAFE_INTEGER
+    schema = {"type": "object", "properties": {
+        "a": {"type": "integer"},
+        "b": {"type": "integer", "minimum": 0},
+        "c": {"type": "integer", "exclusiveMaximum": 10},
+        "d": {"type": ["integer", "null"]},
+        "e": {"type": "number"},
+        "f": {"type": "array", "items": {"type": "integer"}},
+        "g": {"enum": [{"type": "integer"}]},
+        "h": {"$ref": "#/$defs/n"}},
+        "$defs": {"n": {"type": "integer"}}}
+    before = json.dumps(schema)
+    out = S.bound_integers(schema)
+    assert json.dumps(schema) == before
+    p = out["properties"]
+    assert (p["a"]["minimum"], p["a"]["maximum"]) == (-big, big)
+    assert (p["b"]["minimum"], p["b"]["maximum"]) == (0, big)
+    assert "minimum" in p["c"] and "maximum" not in p["c"] and p["c"]["exclusiveMaximum"] == 10
+    assert p["d"]["maximum"] == big and p["f"]["items"]["minimum"] == -big
+    assert "minimum" not in p["e"] and p["g"] == {"enum": [{"type": "integer"}]}
+    assert out["$defs"]["n"]["maximum"] == big
+
+
+@pytest.mark.parametrize("text,ok", [('{"n": 9007199254740991}', True),
+                                     ('{"n": -9007199254740991}', True),
+                                     ('{"n": 0}', True),
+                                     ('{"n": 9007199254740992}', False),
+                                     ('{"n": 12345678901234567}', False)])
+def test_an_unbounded_integer_ends_within_sixteen_digits(tok, text, ok):
+    """The grammar of `{"n": integer}` (json_schema, and a tool's arguments) takes integers up
+    to 2**53 - 1 and no longer ones. Catches the runaway of issue 28's client tests: stories260K
+    asked for pydantic-ai's `output_type=int` wrote `{"response": -3000000000...` until
+    max_tokens, so the client never got JSON."""
+    import llguidance
+    from reame.toolcalls import HERMES
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+    tool = {"type": "function", "function": {"name": "f", "parameters": schema}}
+    call = '<tool_call>\n{"name": "f", "arguments": ' + text + '}\n</tool_call>'
+    for source, out in [(S.json_schema(schema), text),
+                        (HERMES.grammar([tool], {"type": "function", "function": {"name": "f"}}),
+                         call)]:
+        g = S.compile_grammar(source, tok, "test")
+        m = llguidance.LLMatcher(S.lltokenizer(tok), g.source, log_level=0)
+        ids = tok.encode(out, add_special=False)
+        assert (m.consume_tokens(ids) and m.is_accepting()) == ok, out

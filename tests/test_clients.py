@@ -576,6 +576,19 @@ def test_pydantic_ai_structured_output(servers, name, mode):
     assert isinstance(agent.run_sync("Bob is 30 years old.").output, Person)
 
 
+@pytest.mark.parametrize("name", [SMOL, STORIES])
+def test_pydantic_ai_unbounded_int_output(servers, name):
+    """output_type=int (pydantic-ai wraps it as {"response": integer}) and NativeOutput(int):
+    an int, also from stories260K. Catches integers left unbounded in the grammar: the story
+    model wrote `{"response": -3000000000...` until max_tokens and pydantic-ai never got JSON
+    (llama.cpp, and now Reame, stop an integer at 16 digits)."""
+    from pydantic_ai import Agent, NativeOutput
+    for output_type in (int, NativeOutput(int)):
+        agent = Agent(pai_model(servers, name), output_type=output_type,
+                      model_settings=PAI_SETTINGS, retries=0)
+        assert isinstance(agent.run_sync("Bob is 30 years old. How old is Bob?").output, int)
+
+
 def test_pydantic_ai_prompted_output(servers):
     """PromptedOutput (json_object, the schema in the system prompt) on SmolLM2: a Named."""
     from pydantic_ai import Agent, PromptedOutput

@@ -309,8 +309,8 @@ def test_head_wherever_get_is_served(app, client):
         assert h.headers.get("content-type") == g.headers.get("content-type"), path
         if path != "/metrics":              # the metrics change between the two requests
             assert h.headers["content-length"] == str(len(g.content)), path
-    assert served == 6          # /health, /metrics, /v1/models, /v1/models/{id}, an unknown id,
-    #                             /v1/adaptive
+    assert served == 8          # /health, /metrics, /v1/models, /v1/models/{id}, an unknown id,
+    #                             /v1/adaptive, /v1/responses/{id} and its input_items (404s here)
 
 
 def test_tokenize_llama_server_shapes(client, tok):

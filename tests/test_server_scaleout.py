@@ -1,11 +1,13 @@
 """Scale-out: two `reame serve` replicas behind nginx running deploy/nginx/reame-scaleout.conf
 (and its njs variant), as shipped, with only addresses and paths changed.
 
-- Affinity: every request of a session (X-Session-Id header; with njs also the body's `user`)
-  goes to one replica, both replicas get sessions, and a session's later requests find its
-  prompt in that replica's prefix cache. A replica is told by its answers: each runs with its
-  own `--alias`, which Reame reports as the `model` of every answer; its own /metrics counts
-  agree.
+- Affinity: every request of a session (X-Session-Id header; with njs also the body's
+  `prompt_cache_key`, Anthropic's `metadata.user_id`, `user`, `safety_identifier`, in that
+  order) goes to one replica, both replicas get sessions, and a session's later requests find
+  its prompt in that replica's prefix cache; a /v1/responses conversation keyed by
+  `prompt_cache_key` finds its stored responses (`previous_response_id`). A replica is told by
+  its answers: each runs with its own `--alias`, which Reame reports as the `model` of every
+  answer; its own /metrics counts agree.
 - Failover: a replica killed (SIGKILL, the whole process tree, as a machine dying) while it is
   generating is routed around. "No request lost" means: every non-streamed request gets a 200,
   those that were running on the dead replica included (nginx sends them again to the
@@ -45,6 +47,11 @@ SITE_NJS = DEPLOY / "reame-scaleout-njs.conf"
 SCRIPT = DEPLOY / "reame_session.js"
 ALIASES = ("replica-a", "replica-b")
 COMPLETIONS_200 = 'reame_requests_total{endpoint="/v1/completions",status="200"}'
+# a chat template for the replicas (stories260K has none), for /v1/messages and /v1/responses:
+# only "user: " before the first message's content, so a conversation's prompt starts with its
+# key and shares no cached 16-token block with another conversation's
+TEMPLATE = ("{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+            "{% if add_generation_prompt %}assistant:{% endif %}")
 
 # The main context around the shipped http-level file, with every path under a temporary prefix.
 MAIN = """
@@ -149,9 +156,13 @@ class Balancer:
 
 def start_replicas(stories_path, log_dir) -> dict[str, ReameServer]:
     """Two replicas, started side by side, named by their aliases."""
+    template = Path(log_dir) / "chat.jinja"
+    template.write_text(TEMPLATE)
+
     def start(alias):
         return ReameServer(stories_path, "--alias", alias, "--max-seqs", "4", "--queue-size",
-                           "64", "--ctx-size", LONG_CTX, "--block-size", "16", log_dir=log_dir,
+                           "64", "--ctx-size", LONG_CTX, "--block-size", "16",
+                           "--chat-template-file", str(template), log_dir=log_dir,
                            new_session=True)               # kill_tree kills its group
     with ThreadPoolExecutor(2) as pool:
         futures = [pool.submit(start, a) for a in ALIASES]
@@ -219,11 +230,12 @@ def balancers(replicas, tmp_path_factory):
         b.stop()
 
 
-def served_by(replicas, send, keys, rounds=3):
+def served_by(replicas, send, keys, rounds=3, endpoint="/v1/completions"):
     """Send `send(key)` for every key, `rounds` times (a round at a time, keys in parallel):
     {key: [answer, ...]}; checks every answer is a 200 from one of the replicas and that each
     replica's /metrics counted exactly the answers that name it."""
-    before = {a: r.metrics().get(COMPLETIONS_200, 0) for a, r in replicas.items()}
+    ok = f'reame_requests_total{{endpoint="{endpoint}",status="200"}}'
+    before = {a: r.metrics().get(ok, 0) for a, r in replicas.items()}
     answers = {k: [] for k in keys}
     with ThreadPoolExecutor(4) as pool:
         for _ in range(rounds):
@@ -232,10 +244,18 @@ def served_by(replicas, send, keys, rounds=3):
                 assert body["model"] in replicas, body
                 answers[k].append(body)
     for a, r in replicas.items():
-        counted = r.metrics().get(COMPLETIONS_200, 0) - before[a]
+        counted = r.metrics().get(ok, 0) - before[a]
         named = sum(b["model"] == a for bodies in answers.values() for b in bodies)
-        assert counted == named, f"{a}: /metrics counted {counted} completions, answers say {named}"
+        assert counted == named, f"{a}: /metrics counted {counted} {endpoint}, answers say {named}"
     return answers
+
+
+def cached_tokens(body) -> int:
+    """Prompt tokens found in the prefix cache, in any of the three APIs' usage."""
+    u = body["usage"]
+    if "cache_read_input_tokens" in u:                          # /v1/messages
+        return u["cache_read_input_tokens"]
+    return (u.get("prompt_tokens_details") or u.get("input_tokens_details"))["cached_tokens"]
 
 
 def assert_affine(answers, replicas):
@@ -247,7 +267,7 @@ def assert_affine(answers, replicas):
     # the point of affinity: a session's later prompts are found in its replica's prefix cache
     for k, bodies in answers.items():
         for b in bodies[1:]:
-            assert b["usage"]["prompt_tokens_details"]["cached_tokens"] > 0, (k, b["usage"])
+            assert cached_tokens(b) > 0, (k, b["usage"])
 
 
 @pytest.mark.parametrize("kind", ["map", "njs"])
@@ -269,6 +289,10 @@ def test_requests_without_a_key_stick_to_the_client_address(replicas, balancers,
 
 
 def test_user_field_routes_with_njs(replicas, balancers):
+    """A conversation whose only key is `user` stays on one replica, 24 of them spread, the
+    header wins over `user`, and a body beyond nginx's default buffer still routes. Catches a
+    key function that ignores `user` (all on the address's replica), one that puts the body
+    before the header, and a site that lets large bodies go to a file the script cannot read."""
     balancer = balancers("njs")
     users = [f"user-{uuid.uuid4().hex[:10]}" for _ in range(24)]
     answers = served_by(replicas, lambda u: complete(balancer.url, user=u,
@@ -289,6 +313,127 @@ def test_user_field_routes_with_njs(replicas, balancers):
     status, _, out = http("POST", balancer.url + "/v1/completions", raw + b" " * 65536,
                           headers={"Content-Type": "application/json"})
     assert status == 200 and json.loads(out)["model"] == home[u], out[:300]
+
+
+def post(url, path, body, key=None):
+    """POST a JSON body (a dict, or raw bytes), the session key in X-Session-Id if given:
+    (status, parsed answer or raw bytes)."""
+    headers = {"Content-Type": "application/json"}
+    if key is not None:
+        headers["X-Session-Id"] = key
+    status, _, raw = http("POST", url + path, body, headers=headers, timeout=60 * TIME_SCALE)
+    return status, (json.loads(raw) if raw.startswith(b"{") else raw)
+
+
+def with_key(field, key, body):
+    """`body` with `key` in `field` ("metadata.user_id": inside `metadata`)."""
+    if field == "metadata.user_id":
+        return {**body, "metadata": {**body.get("metadata", {}), "user_id": key}}
+    return {**body, field: key}
+
+
+def completion_body(prompt="Once upon a time", max_tokens=4):
+    return {"model": MODEL, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0}
+
+
+def message_body(prompt):
+    return {"model": MODEL, "max_tokens": 4, "temperature": 0,
+            "messages": [{"role": "user", "content": prompt}]}
+
+
+@pytest.mark.parametrize("field,endpoint", [("prompt_cache_key", "/v1/completions"),
+                                            ("safety_identifier", "/v1/completions"),
+                                            ("metadata.user_id", "/v1/messages")])
+def test_body_keys_route_with_njs(replicas, balancers, field, endpoint):
+    """A conversation whose only key is the body's `field` stays on one replica (and finds its
+    prompt cached there) while 12 conversations spread over both replicas; the same string sent
+    as X-Session-Id reaches the same replica. Catches a key function that ignores the field
+    (every request falls back to the client's address: all on one replica, so "both replicas
+    get conversations" fails), one that reads it from the wrong place (`user_id` at the top
+    level, `metadata` as a string), one whose cheap pre-check looks for other names (the body is
+    never parsed: the address again), and one that prefixes the key with the field's name
+    (the header's K and the body's K on different replicas for some keys)."""
+    balancer = balancers("njs")
+    keys = [f"{field[:4]}-{uuid.uuid4().hex[:10]}" for _ in range(12)]
+    make = completion_body if endpoint == "/v1/completions" else message_body
+    answers = served_by(replicas, lambda k: post(balancer.url, endpoint,
+                                                 with_key(field, k, make(session_prompt(k)))),
+                        keys, endpoint=endpoint)
+    assert_affine(answers, replicas)
+    for k, bodies in answers.items():
+        status, body = post(balancer.url, "/v1/completions", completion_body(), key=k)
+        assert status == 200 and body["model"] == bodies[0]["model"], (k, body)
+
+
+def test_responses_conversation_with_prompt_cache_key_stays_on_its_replica(replicas,
+                                                                           balancers):
+    """/v1/responses conversations, each sending one `prompt_cache_key` on every request and
+    continuing with `previous_response_id`: every continuation finds the previous response in
+    its replica's store (200, not `400 previous_response_not_found`) and its prompt in the prefix
+    cache, and the conversations spread over both replicas; GET /v1/responses/{id} with the key
+    as X-Session-Id (a GET has no body) finds the response too. Catches a key function that
+    ignores prompt_cache_key (all on the address's replica: no spread), and one that keys on
+    the body as a whole or on previous_response_id (a chain's requests move replicas: 400s)."""
+    balancer = balancers("njs")
+    keys = [f"conv-{uuid.uuid4().hex[:10]}" for _ in range(8)]
+    last = {}
+
+    def send(k):
+        body = {"model": MODEL, "max_output_tokens": 4, "temperature": 0,
+                "prompt_cache_key": k}
+        if k in last:
+            body.update(input="And then?", previous_response_id=last[k])
+        else:
+            body["input"] = session_prompt(k)
+        status, out = post(balancer.url, "/v1/responses", body)
+        if status == 200:
+            last[k] = out["id"]
+        return status, out
+
+    answers = served_by(replicas, send, keys, endpoint="/v1/responses")
+    assert_affine(answers, replicas)
+    for k, rid in last.items():
+        status, _, raw = http("GET", f"{balancer.url}/v1/responses/{rid}",
+                              headers={"X-Session-Id": k})
+        assert status == 200 and json.loads(raw)["model"] == answers[k][0]["model"], (k, raw)
+
+
+def test_key_precedence_with_njs(replicas, balancers):
+    """X-Session-Id over `prompt_cache_key` over `metadata.user_id` over `user` over
+    `safety_identifier` (reame_session.js says why). For each adjacent pair, two keys whose
+    replicas differ are sent one in each field, both ways round, the lower field written first
+    in the JSON: the request must reach the higher field's key's replica. Catches a wrong order
+    and a key taken from whichever name comes first in the body's text. Also a key written
+    `"prompt_cache_key" : "K"` (JSON allows blanks before the colon) routes on K: catches a
+    pre-check that wants the colon right after the name (the body would not be parsed)."""
+    balancer = balancers("njs")
+    home = {}
+    for _ in range(16):                 # keys until there is one on each replica
+        k = uuid.uuid4().hex[:12]
+        status, body = post(balancer.url, "/v1/completions", completion_body(), key=k)
+        assert status == 200, body
+        home.setdefault(body["model"], k)
+        if len(home) == 2:
+            break
+    assert len(home) == 2, f"16 keys, all on one replica: {home}"
+    a, b = home.values()
+    where = {v: r for r, v in home.items()}
+    order = ["X-Session-Id", "prompt_cache_key", "metadata.user_id", "user",
+             "safety_identifier"]
+    for hi, lo in zip(order, order[1:]):
+        for top, low in ((a, b), (b, a)):
+            body = with_key(lo, low, {})            # the lower field first in the text
+            if hi == "X-Session-Id":
+                body, key = {**body, **completion_body()}, top
+            else:
+                body, key = {**with_key(hi, top, body), **completion_body()}, None
+            status, out = post(balancer.url, "/v1/completions", body, key=key)
+            assert status == 200 and out["model"] == where[top], (hi, lo, body, out)
+    address_home = post(balancer.url, "/v1/completions", completion_body())[1]["model"]
+    other = next(k for r, k in home.items() if r != address_home)
+    raw = json.dumps(completion_body())[:-1] + f', "prompt_cache_key" : "{other}"}}'
+    status, out = post(balancer.url, "/v1/completions", raw.encode())
+    assert status == 200 and out["model"] == where[other], (raw, out)
 
 
 # ---- failover ----

@@ -2,19 +2,26 @@
 
 `parse_chat` and `parse_completion` turn a decoded JSON body into a typed `GenerationRequest` or
 raise `APIError` naming the offending parameter, with OpenAI's error body:
-`{"error": {"message", "type", "param", "code"}}`. Known fields are checked for type and range;
-a field that does not change what the server computes (OpenAI bookkeeping: `user`,
-`metadata`, `prompt_cache_key`, ...) is accepted; a field or value that would change the
-result and is not implemented (images, `mirostat`, `modalities: ["audio"]`, ...) is refused
-with a 400 naming it, never silently ignored.
+`{"error": {"message", "type", "param", "code"}}`. Each endpoint's fields are declared once, as
+a pydantic model (`ChatBody`, `CompletionBody`; `TokenizeBody`, `DetokenizeBody`,
+`EmbeddingsBody`): its type and default, strict, null meaning the default. A field that does not
+change what the server computes (OpenAI bookkeeping: `user`, `metadata`, `prompt_cache_key`,
+...) is declared and so accepted; any field not declared (`mirostat`, `audio`, ...) is refused
+with a 400 naming it, never silently ignored, and so is a declared value that would change the
+result and is not implemented (images, `modalities: ["audio"]`, ...). The parts whose checks
+are more than a type (messages and their content parts, prompts as strings or token ids, the
+output constraints and tools of guided.py) stay hand-written: their errors name the element
+(`messages[2].content[0].type`) and carry their own codes.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import re
 from dataclasses import dataclass, field
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 from ..sampling import SamplingParams
 
@@ -113,101 +120,153 @@ def _has_surrogate(x) -> bool:
     return False
 
 
-# ---- field readers: each returns a value or raises a 400 naming the field ----
+# ---- the request bodies, declared ----
+#
+# Every field a generation request may carry is declared (`extra` forbidden): any other is a
+# 400 naming it, never silently ignored. Types are strict (no "2" for 2, no true for 1; 2.0 is
+# 2) and a JSON null is the field's default, as OpenAI takes it. Ranges and the checks that
+# join fields are made after, by hand; the sampling ranges by SamplingParams.validate.
+
+def _integral(v):
+    return int(v) if isinstance(v, float) and v.is_integer() else v
+
+
+Int = Annotated[int, BeforeValidator(_integral)]
+Num = Annotated[float, Field(allow_inf_nan=False)]          # an integer is a number too
+
+
+def _shape(what: str):
+    """A field whose 400 says what it must be: "'stop' must be <what>."."""
+    return Field(None, description=what)
+
+
+class _Generation(BaseModel):
+    """The fields of both /v1/chat/completions and /v1/completions."""
+    model_config = ConfigDict(extra="forbid", strict=True)
+    model: str | None = None
+    n: Int = 1
+    max_tokens: Int | None = None
+    stream: bool = False
+    stream_options: Any = None                  # checked with `stream` (_common)
+    stop: str | list[str] | None = _shape("a string or an array of strings")
+    ignore_eos: bool = False                    # extension: generate past end-of-generation
+    temperature: Num = 1.0
+    top_p: Num = 1.0
+    top_k: Int = 0
+    min_p: Num = 0.0
+    repetition_penalty: Num = 1.0
+    presence_penalty: Num = 0.0
+    frequency_penalty: Num = 0.0
+    logit_bias: dict[str, Num] | None = _shape("an object mapping token ids to numbers")
+    seed: Int | None = None
+    # accepted without effect on the output: OpenAI bookkeeping and routing hints (the prefix
+    # cache finds shared prefixes by their tokens); `cache_prompt: true` (llama-server's: the
+    # prefix cache is always on)
+    user: str | None = None
+    safety_identifier: str | None = None
+    prompt_cache_key: str | None = None
+    service_tier: str | None = None
+    store: bool | None = None
+    metadata: dict[str, str] | None = _shape("an object of string values")
+    cache_prompt: bool = True
+    # output constraints (guided.parse_guided)
+    response_format: Any = None
+    json_schema: Any = None
+    grammar: Any = None
+    guided_json: Any = None
+    guided_regex: Any = None
+    guided_choice: Any = None
+    guided_grammar: Any = None
+    structured_outputs: Any = None
+
+
+class ChatBody(_Generation):
+    messages: Any = None                        # normalised for the template (_messages)
+    max_completion_tokens: Int | None = None
+    logprobs: bool = False
+    top_logprobs: Int = 0
+    tools: Any = None                           # these four: guided.parse_tools
+    tool_choice: Any = None
+    parallel_tool_calls: Any = None
+    functions: Any = None
+    chat_template_kwargs: dict[str, Any] | None = _shape("an object")
+    reasoning_effort: Literal["none", "minimal", "low", "medium", "high", "xhigh"] | None = None
+    verbosity: Literal["low", "medium", "high"] | None = None  # GPT-5's; no template reads it
+    modalities: list[str] | None = _shape("an array of strings")   # only "text" (parse_chat)
+    prediction: Any = None                      # Predicted Outputs (parse_chat)
+
+
+class CompletionBody(_Generation):
+    prompt: Any = None                          # strings or token ids (_prompts)
+    logprobs: Int | None = None
+    echo: bool = False
+    best_of: Int | None = None
+    suffix: str | None = None
+
 
 def _type_name(v) -> str:
     return {dict: "object", list: "array", str: "string", bool: "boolean",
             type(None): "null"}.get(type(v), "number")
 
 
-def _number(body: dict, name: str, default):
-    v = body.get(name)
-    if v is None:
-        return default
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise invalid(name, f"'{name}' must be a number, not {_type_name(v)}.")
-    if not math.isfinite(v):
-        raise invalid(name, f"'{name}' must be a finite number.")
-    return float(v)
+_EXPECTED = {"int_type": "an integer", "float_type": "a number", "bool_type": "a boolean",
+             "string_type": "a string", "dict_type": "an object", "list_type": "an array"}
 
 
-def _integer(body: dict, name: str, default):
-    v = body.get(name)
-    if v is None:
-        return default
-    if isinstance(v, float) and v.is_integer():
-        v = int(v)
-    if isinstance(v, bool) or not isinstance(v, int):
-        raise invalid(name, f"'{name}' must be an integer, not {_type_name(v)}.")
-    return v
+def _present(body: dict, model: type[BaseModel]) -> dict:
+    """The body without its null declared fields (null is the default)."""
+    return {k: v for k, v in body.items() if v is not None or k not in model.model_fields}
 
 
-def _boolean(body: dict, name: str, default: bool) -> bool:
-    v = body.get(name)
-    if v is None:
-        return default
-    if not isinstance(v, bool):
-        raise invalid(name, f"'{name}' must be a boolean, not {_type_name(v)}.")
-    return v
+def _validate(model: type[BaseModel], body: dict):
+    """`model` validated from a body (nulls already dropped), or the 400 naming the field by
+    its top-level name (OpenAI's `param`)."""
+    try:
+        return model.model_validate(body)
+    except ValidationError as e:
+        err = e.errors(include_url=False)[0]
+    name, kind = err["loc"][0], err["type"]
+    if kind == "extra_forbidden":
+        raise invalid(name, f"'{name}' is not supported by this server.",
+                      "unsupported_parameter")
+    what = model.model_fields[name].description
+    if what:
+        message = f"'{name}' must be {what}."
+    elif kind == "literal_error":
+        message = f"'{name}' must be {err['ctx']['expected']}."
+    elif kind == "finite_number":
+        message = f"'{name}' must be a finite number."
+    elif kind in _EXPECTED:
+        message = f"'{name}' must be {_EXPECTED[kind]}, not {_type_name(err['input'])}."
+    else:
+        message = f"Invalid value for '{name}': {err['msg']}."
+    raise invalid(name, message)
 
 
-def _string(body: dict, name: str, default=None):
-    v = body.get(name)
-    if v is None:
-        return default
-    if not isinstance(v, str):
-        raise invalid(name, f"'{name}' must be a string, not {_type_name(v)}.")
-    return v
-
-
-def _stop(body: dict) -> list[str]:
-    v = body.get("stop")
-    if v is None:
-        return []
-    if isinstance(v, str):
-        v = [v]
-    if not isinstance(v, list) or not all(isinstance(s, str) for s in v):
-        raise invalid("stop", "'stop' must be a string or an array of strings.")
+def _stop(v) -> list[str]:
+    v = [v] if isinstance(v, str) else v or []
     if len(v) > MAX_STOP:
         raise invalid("stop", f"'stop' may hold at most {MAX_STOP} sequences.")
     return [s for s in v if s]
 
 
-def _logit_bias(body: dict) -> dict[int, float]:
-    v = body.get("logit_bias")
-    if v is None:
-        return {}
-    if not isinstance(v, dict):
-        raise invalid("logit_bias", "'logit_bias' must be an object mapping token ids to biases.")
-    out = {}
-    for k, b in v.items():
+def _sampling(b: _Generation, n_vocab: int, *, logprobs: bool,
+              top_logprobs: int) -> SamplingParams:
+    bias = {}
+    for k, v in (b.logit_bias or {}).items():
         try:
-            tok = int(k)
-        except (TypeError, ValueError):
+            bias[int(k)] = v
+        except ValueError:
             raise invalid("logit_bias", f"logit_bias key {k!r} is not a token id.") from None
-        if isinstance(b, bool) or not isinstance(b, (int, float)) or not math.isfinite(b):
-            raise invalid("logit_bias", f"logit_bias value for token {k} must be a number.")
-        out[tok] = float(b)
-    return out
-
-
-def _sampling(body: dict, n_vocab: int, *, logprobs: bool, top_logprobs: int) -> SamplingParams:
-    top_p = _number(body, "top_p", 1.0)
-    top_k = _integer(body, "top_k", 0)
-    seed = _integer(body, "seed", None)
     p = SamplingParams(
-        temperature=_number(body, "temperature", 1.0),
-        top_k=0 if top_k == -1 else top_k,            # vLLM spells "off" as -1
-        top_p=1e-9 if top_p == 0.0 else top_p,        # OpenAI allows 0: keep only the top token
-        min_p=_number(body, "min_p", 0.0),
-        repetition_penalty=_number(body, "repetition_penalty", 1.0),
-        presence_penalty=_number(body, "presence_penalty", 0.0),
-        frequency_penalty=_number(body, "frequency_penalty", 0.0),
-        logit_bias=_logit_bias(body),
-        seed=None if seed is None else seed % 2**64,  # numpy wants a non-negative seed
-        logprobs=logprobs,
-        top_logprobs=top_logprobs,
-    )
+        temperature=b.temperature,
+        top_k=0 if b.top_k == -1 else b.top_k,                # vLLM spells "off" as -1
+        top_p=1e-9 if b.top_p == 0.0 else b.top_p,      # OpenAI allows 0: keep only the top token
+        min_p=b.min_p, repetition_penalty=b.repetition_penalty,
+        presence_penalty=b.presence_penalty, frequency_penalty=b.frequency_penalty,
+        logit_bias=bias,
+        seed=None if b.seed is None else b.seed % 2**64,   # numpy wants a non-negative seed
+        logprobs=logprobs, top_logprobs=top_logprobs)
     try:
         p.validate(n_vocab)
     except ValueError as e:
@@ -217,107 +276,39 @@ def _sampling(body: dict, n_vocab: int, *, logprobs: bool, top_logprobs: int) ->
     return p
 
 
-def _common(body: dict, kind: str, n_vocab: int, max_n: int, *, logprobs: bool,
+def _common(b: _Generation, body: dict, n_vocab: int, max_n: int, *, logprobs: bool,
             top_logprobs: int) -> GenerationRequest:
-    model = body.get("model")
-    if model is not None and not isinstance(model, str):
-        raise invalid("model", f"'model' must be a string, not {_type_name(model)}.")
-    n = _integer(body, "n", 1)
-    if not 1 <= n <= max_n:
+    """The request's fields both endpoints share; `body` without nulls (for parse_guided)."""
+    if not 1 <= b.n <= max_n:
         raise invalid("n", f"'n' must be between 1 and {max_n} on this server.")
-    max_tokens = _integer(body, "max_tokens", None)
-    if kind == "chat":
-        max_tokens = _integer(body, "max_completion_tokens", max_tokens)
-    name = "max_completion_tokens" if body.get("max_completion_tokens") is not None and \
-        kind == "chat" else "max_tokens"
+    max_tokens, name = b.max_tokens, "max_tokens"
+    if getattr(b, "max_completion_tokens", None) is not None:
+        max_tokens, name = b.max_completion_tokens, "max_completion_tokens"
     if max_tokens is not None and max_tokens < 1:
         raise invalid(name, f"'{name}' must be at least 1.")
-    stream = _boolean(body, "stream", False)
-    opts = body.get("stream_options")
-    include_usage = False
+    opts, include_usage = b.stream_options, False
     if opts is not None:
-        if not stream:
+        if not b.stream:
             raise invalid("stream_options",
                           "The 'stream_options' parameter is only allowed when 'stream' is enabled.")
         if not isinstance(opts, dict):
             raise invalid("stream_options", "'stream_options' must be an object.")
-        include_usage = _boolean(opts, "include_usage", False)
-    from .guided import parse_guided
-    _refuse_unknown(body, kind)
-    guided = parse_guided(body)
-    return GenerationRequest(
-        kind=kind, model=model, n=n, max_tokens=max_tokens, stop=_stop(body), stream=stream,
-        include_usage=include_usage,
-        params=_sampling(body, n_vocab, logprobs=logprobs, top_logprobs=top_logprobs),
-        logprobs=logprobs, top_logprobs=top_logprobs,
-        ignore_eos=_boolean(body, "ignore_eos", False), guided=guided)
-
-
-# Every field a generation request may carry; anything else is refused with a 400 naming it,
-# never silently ignored. Accepted without effect on the output (checked for type):
-# `user`, `safety_identifier`, `metadata`, `store`, `service_tier`, `prompt_cache_key`
-# (OpenAI bookkeeping and routing hints: the prefix cache finds shared prefixes by their
-# tokens), `verbosity` (GPT-5's; no open model's template reads it), `modalities: ["text"]`,
-# `cache_prompt: true` (llama-server: the prefix cache is always on).
-_BOTH = {"model", "max_tokens", "temperature", "top_p", "n", "stream", "stream_options", "stop",
-         "presence_penalty", "frequency_penalty", "logit_bias", "seed", "user", "top_k",
-         "min_p", "repetition_penalty", "ignore_eos", "metadata", "store", "service_tier",
-         "cache_prompt", "response_format", "json_schema", "grammar", "guided_json",
-         "guided_regex", "guided_choice", "guided_grammar", "structured_outputs",
-         "safety_identifier", "prompt_cache_key"}
-KNOWN_FIELDS = {
-    "chat": _BOTH | {"messages", "max_completion_tokens", "logprobs", "top_logprobs", "tools",
-                     "tool_choice", "parallel_tool_calls", "chat_template_kwargs", "functions",
-                     "reasoning_effort", "prediction", "modalities", "verbosity"},
-    "completion": _BOTH | {"prompt", "logprobs", "echo", "best_of", "suffix"},
-}
-REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
-VERBOSITIES = ("low", "medium", "high")
-
-
-def _refuse_unknown(body: dict, kind: str) -> None:
-    unknown = sorted(k for k in body if k not in KNOWN_FIELDS[kind])
-    if unknown:
-        raise invalid(unknown[0], f"'{unknown[0]}' is not supported by this server.",
-                      "unsupported_parameter")
-    if body.get("cache_prompt") is False:
+        include_usage = opts.get("include_usage")
+        if include_usage is None:
+            include_usage = False
+        elif not isinstance(include_usage, bool):
+            raise invalid("include_usage", "'include_usage' must be a boolean, not "
+                          f"{_type_name(include_usage)}.")
+    if not b.cache_prompt:
         raise invalid("cache_prompt", "'cache_prompt': false is not supported: the prefix "
                       "cache is always on.", "unsupported_parameter")
-    for name in ("user", "safety_identifier", "prompt_cache_key", "service_tier"):
-        _string(body, name)
-    _boolean(body, "store", False)
-    md = body.get("metadata")
-    if md is not None and not (isinstance(md, dict) and all(isinstance(v, str)
-                                                            for v in md.values())):
-        raise invalid("metadata", "'metadata' must be an object of string values.")
-
-
-def _bookkeeping_chat(body: dict) -> tuple[str | None, str | None]:
-    """The chat-only OpenAI fields: `modalities` (text only), `verbosity` (checked, no effect),
-    `reasoning_effort` and `prediction` -> (effort, predicted text)."""
-    mod = body.get("modalities")
-    if mod is not None:
-        if not isinstance(mod, list) or not all(isinstance(m, str) for m in mod):
-            raise invalid("modalities", "'modalities' must be an array of strings.")
-        other = [m for m in mod if m != "text"]
-        if other:
-            raise invalid("modalities", f"Output modality {other[0]!r} is not supported by "
-                          "this server; only 'text' is.", "unsupported_parameter")
-    v = _string(body, "verbosity")
-    if v is not None and v not in VERBOSITIES:
-        raise invalid("verbosity", f"'verbosity' must be one of {list(VERBOSITIES)}.")
-    effort = _string(body, "reasoning_effort")
-    if effort is not None and effort not in REASONING_EFFORTS:
-        raise invalid("reasoning_effort", "'reasoning_effort' must be one of "
-                      f"{list(REASONING_EFFORTS)}.")
-    pred = body.get("prediction")
-    text = None
-    if pred is not None:
-        if not isinstance(pred, dict) or pred.get("type") != "content" or "content" not in pred:
-            raise invalid("prediction", "'prediction' must be {\"type\": \"content\", "
-                          "\"content\": ...} (Predicted Outputs).")
-        text = _content(pred["content"], "prediction.content")
-    return effort, text
+    from .guided import parse_guided
+    return GenerationRequest(
+        kind="chat" if isinstance(b, ChatBody) else "completion", model=b.model, n=b.n,
+        max_tokens=max_tokens, stop=_stop(b.stop), stream=b.stream, include_usage=include_usage,
+        params=_sampling(b, n_vocab, logprobs=logprobs, top_logprobs=top_logprobs),
+        logprobs=logprobs, top_logprobs=top_logprobs, ignore_eos=b.ignore_eos,
+        guided=parse_guided(body))
 
 
 # ---- /v1/chat/completions ----
@@ -346,8 +337,7 @@ def _content(content, where: str) -> str:
     return "\n".join(texts)
 
 
-def _messages(body: dict) -> list[dict]:
-    msgs = body.get("messages")
+def _messages(msgs) -> list[dict]:
     if msgs is None:
         raise invalid("messages", "Missing required parameter: 'messages'.", "missing_required_parameter")
     if not isinstance(msgs, list):
@@ -377,38 +367,40 @@ def _messages(body: dict) -> list[dict]:
 
 
 def parse_chat(body: dict, n_vocab: int, max_n: int) -> GenerationRequest:
-    logprobs = _boolean(body, "logprobs", False)
-    top = _integer(body, "top_logprobs", 0)
-    if not 0 <= top <= MAX_TOP_LOGPROBS:
+    body = _present(body, ChatBody)
+    b = _validate(ChatBody, body)
+    if not 0 <= b.top_logprobs <= MAX_TOP_LOGPROBS:
         raise invalid("top_logprobs", f"'top_logprobs' must be between 0 and {MAX_TOP_LOGPROBS}.")
-    if top and not logprobs:
+    if b.top_logprobs and not b.logprobs:
         raise invalid("top_logprobs", "'top_logprobs' requires 'logprobs' to be true.")
-    messages = _messages(body)
+    messages = _messages(b.messages)
     from .guided import parse_tools
-    # null is the default, as OpenAI takes it (`tool_choice: null` with tools is "auto")
-    nulls = [k for k in ("tool_choice", "parallel_tool_calls") if k in body and body[k] is None]
-    if nulls:
-        body = {k: v for k, v in body.items() if k not in nulls}
     tools = parse_tools(body)
-    kwargs = body.get("chat_template_kwargs")
-    if kwargs is not None and not isinstance(kwargs, dict):
-        raise invalid("chat_template_kwargs", "'chat_template_kwargs' must be an object.")
-    req = _common(body, "chat", n_vocab, max_n, logprobs=logprobs, top_logprobs=top)
-    req.reasoning_effort, req.prediction = _bookkeeping_chat(body)
+    req = _common(b, body, n_vocab, max_n, logprobs=b.logprobs, top_logprobs=b.top_logprobs)
+    other = [m for m in b.modalities or [] if m != "text"]
+    if other:
+        raise invalid("modalities", f"Output modality {other[0]!r} is not supported by this "
+                      "server; only 'text' is.", "unsupported_parameter")
+    pred = b.prediction
+    if pred is not None:
+        if not isinstance(pred, dict) or pred.get("type") != "content" or "content" not in pred:
+            raise invalid("prediction", "'prediction' must be {\"type\": \"content\", "
+                          "\"content\": ...} (Predicted Outputs).")
+        req.prediction = _content(pred["content"], "prediction.content")
     if tools is not None and tools.choice != "none" and req.guided is not None:
         raise invalid(req.guided.param, f"'{req.guided.param}' together with tools is not "
                       "supported: use tool_choice 'none', or no tools.",
                       "unsupported_parameter")
     req.messages = messages
-    req.chat_template_kwargs = kwargs or {}
+    req.chat_template_kwargs = b.chat_template_kwargs or {}
     req.tools = tools
+    req.reasoning_effort = b.reasoning_effort
     return req
 
 
 # ---- /v1/completions ----
 
-def _prompts(body: dict, n_vocab: int) -> list:
-    p = body.get("prompt")
+def _prompts(p, n_vocab: int) -> list:
     if p is None:
         raise invalid("prompt", "Missing required parameter: 'prompt'.", "missing_required_parameter")
     if isinstance(p, str):
@@ -431,21 +423,20 @@ def _prompts(body: dict, n_vocab: int) -> list:
 
 
 def parse_completion(body: dict, n_vocab: int, max_n: int) -> GenerationRequest:
-    lp = _integer(body, "logprobs", None)
+    body = _present(body, CompletionBody)
+    b = _validate(CompletionBody, body)
+    lp = b.logprobs
     if lp is not None and not 0 <= lp <= MAX_TOP_LOGPROBS:
         raise invalid("logprobs", f"'logprobs' must be between 0 and {MAX_TOP_LOGPROBS}.")
-    echo = _boolean(body, "echo", False)
-    if echo and lp is not None:
+    if b.echo and lp is not None:
         raise invalid("echo", "'echo' together with 'logprobs' (prompt log-probabilities) is not "
                       "supported by this server.", "unsupported_parameter")
-    if _string(body, "suffix"):
+    if b.suffix:
         raise invalid("suffix", "'suffix' (insertion) is not supported by this server.",
                       "unsupported_parameter")
-    prompts = _prompts(body, n_vocab)
-    req = _common(body, "completion", n_vocab, max_n, logprobs=lp is not None,
-                  top_logprobs=lp or 0)
-    best_of = _integer(body, "best_of", None)
-    if best_of is not None and best_of != req.n:
+    prompts = _prompts(b.prompt, n_vocab)
+    req = _common(b, body, n_vocab, max_n, logprobs=lp is not None, top_logprobs=lp or 0)
+    if b.best_of is not None and b.best_of != req.n:
         raise invalid("best_of", "'best_of' other than 'n' is not supported by this server.",
                       "unsupported_parameter")
     if len(prompts) * req.n > MAX_CHOICES:
@@ -453,7 +444,7 @@ def parse_completion(body: dict, n_vocab: int, max_n: int) -> GenerationRequest:
     if req.max_tokens is None:
         req.max_tokens = 16                         # OpenAI's default for completions
     req.prompts = prompts
-    req.echo = echo
+    req.echo = b.echo
     return req
 
 
@@ -468,39 +459,48 @@ class TokenizeRequest:
     with_pieces: bool
 
 
+class _Lenient(BaseModel):
+    """A request of these endpoints: strict types; other fields ignored, as they always were."""
+    model_config = ConfigDict(strict=True)
+    model: str | None = None
+
+
+class TokenizeBody(_Lenient):
+    content: str | None = None                  # llama-server's
+    prompt: str | None = None                   # vLLM's
+    add_special: bool | None = None             # llama-server's (default false)
+    add_special_tokens: bool | None = None      # vLLM's (default true)
+    parse_special: bool = True
+    with_pieces: bool = False
+
+
 def parse_tokenize(body: dict) -> TokenizeRequest:
     """llama-server: {"content", "add_special" (false), "parse_special" (true), "with_pieces"
     (false)}; vLLM: {"prompt", "add_special_tokens" (true)}."""
-    model = _string(body, "model")
-    if body.get("content") is not None:
-        key, add_default = "content", False
-    elif body.get("prompt") is not None:
-        key, add_default = "prompt", True
-    else:
+    b = _validate(TokenizeBody, _present(body, TokenizeBody))
+    text = b.content if b.content is not None else b.prompt
+    if text is None:
         raise invalid("content", "Missing required parameter: 'content' (a string).",
                       "missing_required_parameter")
-    text = _string(body, key)
-    add = _boolean(body, "add_special", None)
-    if add is None:
-        add = _boolean(body, "add_special_tokens", add_default)
-    return TokenizeRequest(model=model, content=text, add_special=add,
-                           parse_special=_boolean(body, "parse_special", True),
-                           with_pieces=_boolean(body, "with_pieces", False))
+    add = b.add_special if b.add_special is not None else b.add_special_tokens
+    return TokenizeRequest(model=b.model, content=text,
+                           add_special=b.content is None if add is None else add,
+                           parse_special=b.parse_special, with_pieces=b.with_pieces)
+
+
+class DetokenizeBody(_Lenient):
+    tokens: list[int] | None = _shape("an array of token ids")
 
 
 def parse_detokenize(body: dict, n_vocab: int) -> tuple[str | None, list[int]]:
     """{"tokens": [ids]} -> (model, ids); every id must be in the vocabulary."""
-    model = _string(body, "model")
-    ids = body.get("tokens")
-    if ids is None:
+    b = _validate(DetokenizeBody, _present(body, DetokenizeBody))
+    if b.tokens is None:
         raise invalid("tokens", "Missing required parameter: 'tokens'.",
                       "missing_required_parameter")
-    if not isinstance(ids, list) or not all(isinstance(t, int) and not isinstance(t, bool)
-                                            for t in ids):
-        raise invalid("tokens", "'tokens' must be an array of token ids.")
-    if not all(0 <= t < n_vocab for t in ids):
+    if not all(0 <= t < n_vocab for t in b.tokens):
         raise invalid("tokens", f"Token ids in 'tokens' must be in 0..{n_vocab - 1}.")
-    return model, ids
+    return b.model, b.tokens
 
 
 # ---- /v1/embeddings ----
@@ -515,12 +515,18 @@ class EmbeddingRequest:
     encoding_format: str = "float"  # "float" | "base64" (little-endian float32, as OpenAI's)
 
 
+class EmbeddingsBody(_Lenient):
+    input: Any = None                           # strings or token ids (parse_embeddings)
+    encoding_format: Literal["float", "base64"] = "float"
+    dimensions: Int | None = None
+
+
 def parse_embeddings(body: dict, n_vocab: int, n_embd: int) -> EmbeddingRequest:
     """OpenAI's embeddings request: `input` a string, an array of strings, an array of token
     ids or an array of arrays of token ids; `encoding_format` float or base64; `dimensions`
     only the model's own size (no truncation: GGUF does not say a model was trained for it)."""
-    model = _string(body, "model")
-    x = body.get("input")
+    b = _validate(EmbeddingsBody, _present(body, EmbeddingsBody))
+    x = b.input
     if x is None:
         raise invalid("input", "Missing required parameter: 'input'.",
                       "missing_required_parameter")
@@ -545,11 +551,7 @@ def parse_embeddings(body: dict, n_vocab: int, n_embd: int) -> EmbeddingRequest:
             raise invalid("input", f"Token ids in 'input' must be in 0..{n_vocab - 1}.")
     if len(inputs) > MAX_EMBEDDING_INPUTS:
         raise invalid("input", f"at most {MAX_EMBEDDING_INPUTS} inputs per request.")
-    fmt = _string(body, "encoding_format", "float")
-    if fmt not in ("float", "base64"):
-        raise invalid("encoding_format", "'encoding_format' must be 'float' or 'base64'.")
-    dims = _integer(body, "dimensions", None)
-    if dims is not None and dims != n_embd:
+    if b.dimensions is not None and b.dimensions != n_embd:
         raise invalid("dimensions", f"This model's embeddings have {n_embd} dimensions; "
                       "other sizes are not supported.", "unsupported_parameter")
-    return EmbeddingRequest(model=model, inputs=inputs, encoding_format=fmt)
+    return EmbeddingRequest(model=b.model, inputs=inputs, encoding_format=b.encoding_format)

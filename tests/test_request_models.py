@@ -59,3 +59,13 @@ def test_integral_numbers_are_integers():
     strict pydantic int without the conversion (2.5, "2" and true are refused: INVALID)."""
     r = parse_completion({"prompt": "x", "n": 2.0, "max_tokens": 3.0}, N_VOCAB, MAX_N)
     assert (r.n, r.max_tokens) == (2, 3) and type(r.n) is int
+
+
+def test_a_number_too_large_for_a_float_is_a_400():
+    """An integer literal beyond the float range (400 digits) in a number field is a 400 naming
+    the field; it was an OverflowError (a 500) in the hand-written checks."""
+    for field, value in (("temperature", 10**400), ("logit_bias", {"5": 10**400})):
+        e = error(parse_completion, {"prompt": "x", field: value}, N_VOCAB, MAX_N)
+        assert e.param == field, e.message
+    assert "finite" in error(parse_completion, {"prompt": "x", "temperature": 10**400},
+                             N_VOCAB, MAX_N).message

@@ -234,7 +234,8 @@ def _validate(model: type[BaseModel], body: dict):
         message = f"'{name}' must be {what}."
     elif kind == "literal_error":
         message = f"'{name}' must be {err['ctx']['expected']}."
-    elif kind == "finite_number":
+    elif kind == "finite_number" or kind == "float_type" and type(err["input"]) is int:
+        # an int taken as a number fails only beyond the float range (10**400)
         message = f"'{name}' must be a finite number."
     elif kind in _EXPECTED:
         message = f"'{name}' must be {_EXPECTED[kind]}, not {_type_name(err['input'])}."

@@ -380,7 +380,8 @@ class Planner:
         """The tokens of the step's sequences that sample with nothing but a temperature (no
         grammar, penalty, truncation or logprobs), drawn at once (sampling.sample_rows: the
         tokens their own samplers would draw one by one): id(seq) -> Sampled. Drafts are
-        verified position by position, forked choices sample their first token alone."""
+        verified position by position, forked choices sample their first token alone, and so
+        does a row sample_rows gives None for (no finite weights: its request fails alone)."""
         from .sampling import sample_rows
         seqs, rows = [], []
         for w in plan.work:
@@ -397,7 +398,7 @@ class Planner:
             drawn = sample_rows([s.gen.sampler for s in seqs], rows)
         except Exception:   # (none known) sampled one by one, so that the error is that
             return {}       # sequence's request's alone
-        return {id(s): d for s, d in zip(seqs, drawn)}
+        return {id(s): d for s, d in zip(seqs, drawn) if d is not None}
 
     def _sample(self, s: Seq, row, drawn=None) -> Outcome:
         """s samples its next token from a logits row (or advances with `drawn`, the token

@@ -10,14 +10,19 @@ OpenAI and vLLM report them.
 Nothing here sorts the whole vocabulary: top-k uses `argpartition`, top-p grows a partial sort
 until the kept mass reaches p, min-p is a threshold.
 
-`sample_rows` samples many sequences' rows of one step at once where nothing but the temperature
-applies (the common case of a busy server): the same arithmetic per row as `Sampler.sample`, so
-the same tokens, with the rows split between the calling thread and one more (numpy releases the
-GIL in its loops; the engine's compute threads are idle while the step's logits are sampled).
+Every temperature draw over the whole vocabulary (nothing truncated, no candidate list: plain
+samplers, and those with only biases, penalties, logprobs or a free-text grammar mask) is made by
+one native kernel (op `sample_temp`, codegen/ops/sample_temp.py; built once per vocabulary size
+through the kernel cache): `Sampler.sample` for one row, `sample_rows` for many sequences' rows of
+one step at once (the common case of a busy server). One function draws a request's tokens in
+every step, so seeded outputs do not depend on which path or batch drew them (speculation's
+verification relies on it). `weights` + `draw` are its numpy reference (tests), and still draw
+truncated rows (top-k/top-p/min-p, few allowed tokens), whose length varies.
 """
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -132,6 +137,64 @@ def _weights(x: np.ndarray, temperature: float, out: np.ndarray | None = None) -
     return weights(x, np.float32(1.0 / temperature), out)
 
 
+_KERNELS: dict = {}
+_KERNELS_LOCK = threading.Lock()
+
+
+def _kernel(n_vocab: int):
+    """The sample_temp kernel for rows of n_vocab logits at this CPU's level, built (or loaded
+    from the kernel cache) on first use: the tuned family where the level has one."""
+    from .codegen.isa import detect
+    isa = detect()
+    key = (n_vocab, isa.level)
+    k = _KERNELS.get(key)
+    if k is None:
+        with _KERNELS_LOCK:
+            k = _KERNELS.get(key)
+            if k is None:
+                from .codegen.kernels import build
+                from .codegen.registry import get_op
+                spec = get_op("sample_temp").specs("F32", isa, K=n_vocab, B=CDF_BLOCK)[-1]
+                k = _KERNELS[key] = build(spec, isa)
+    return k
+
+
+def draw_rows(rows: list[np.ndarray], inv_t: list, u: list, threads: int = 1) -> np.ndarray:
+    """Token per row (equal lengths), row i drawn with weights exp((x - max x) * inv_t[i]) by
+    the uniform u[i] (what `weights` + `draw` give, within rounding at CDF boundaries): int32,
+    -1 for a row without finite weights (a NaN or +inf logit, or every logit -inf).
+    threads=2 splits the rows with the pool thread (see `sample_rows`)."""
+    n = len(rows)
+    xs = [np.ascontiguousarray(r, dtype=np.float32) for r in rows]   # kept alive for the call
+    k = _kernel(len(xs[0]))
+    if any(len(x) != len(xs[0]) for x in xs):
+        raise ValueError("rows of different lengths")
+    xp = np.fromiter((x.ctypes.data for x in xs), np.int64, n)
+    it = np.asarray(inv_t, np.float32)
+    uu = np.asarray(u, np.float64)
+    tok = np.full(n, -1, np.int32)
+    args = np.array([xp.ctypes.data, it.ctypes.data, uu.ctypes.data, tok.ctypes.data, n],
+                    np.int64)
+    if threads > 1 and n > 1:
+        other = _pool().submit(k.cfunc, args.ctypes.data, 1, 2)
+        k.cfunc(args.ctypes.data, 0, 2)
+        other.result()
+    else:
+        k(args)
+    return tok
+
+
+_POOL = None
+
+
+def _pool():
+    global _POOL
+    if _POOL is None:
+        from concurrent.futures import ThreadPoolExecutor
+        _POOL = ThreadPoolExecutor(1, thread_name_prefix="reame-sample")
+    return _POOL
+
+
 class Sampler:
     """Per-request sampler: holds the RNG and the counts the penalties need."""
 
@@ -232,15 +295,16 @@ class Sampler:
         if p.temperature < 1e-30:
             i = int(np.argmax(logits))
             return i if cand is None else int(cand[i])
+        if cand is None:        # the whole vocabulary (blocked tokens are -inf: weight 0)
+            tok = int(draw_rows([logits], [1.0 / p.temperature], [self.rng.random()])[0])
+            if tok < 0:
+                raise ValueError("the logits have no finite weights (NaN or +inf logits, or "
+                                 "every token masked)")
+            return tok
         with np.errstate(over="ignore", under="ignore", invalid="ignore"):
-            w = _weights(logits, p.temperature)
-        if blocked is not None:                 # top-k may have kept -inf logits, nothing else
-            if cand is None:
-                w[blocked] = 0.0
-            else:
-                w[np.isneginf(logits)] = 0.0
+            w = _weights(logits, p.temperature)        # -inf logits (top-k kept some): 0
         i = draw(w, self.rng.random())
-        return i if cand is None else int(cand[i])
+        return int(cand[i])
 
     @staticmethod
     def _top_p(cand, logits, probs, top_p):
@@ -258,8 +322,9 @@ class Sampler:
 
 
 def _plain_token(sampler: Sampler, row: np.ndarray, buf: np.ndarray) -> int:
-    """What `Sampler.sample` draws from `row` for a plain sampler (the same arithmetic), with
-    `buf` as scratch."""
+    """The numpy reference of what `Sampler.sample` and `sample_rows` draw from `row` for a
+    plain sampler (`weights` + `draw`; the kernel agrees within rounding at CDF boundaries),
+    with `buf` as scratch. For tests and benchmarks."""
     t = sampler.p.temperature
     x = np.asarray(row, dtype=np.float32)
     if t == 0.0:
@@ -269,33 +334,36 @@ def _plain_token(sampler: Sampler, row: np.ndarray, buf: np.ndarray) -> int:
     return draw(w, sampler.rng.random())
 
 
-_POOL = None
-
-
-def sample_rows(samplers: list[Sampler], rows: list[np.ndarray]) -> list[Sampled]:
+def sample_rows(samplers: list[Sampler], rows: list[np.ndarray],
+                threads: int = 1) -> list[Sampled | None]:
     """Sample plain samplers (`Sampler.plain`) from their rows at once: the tokens
-    `Sampler.sample` would draw one by one, the second half of the rows on another thread."""
-    global _POOL
+    `Sampler.sample` would draw one by one (the same kernel, one uniform from each sampler's own
+    generator per temperature row, none for greedy rows). A row without finite weights (NaN
+    logits) gives None and its sampler is left as it was: sampled alone, it fails its request.
+    `threads`: 1 by default: on the 2-vCPU VM this was measured on a second thread gave
+    nothing (the two vCPUs share one core's throughput: 53 us/row at 1 thread, 57 at 2, 16 rows
+    of 151,936 logits), and the engine's compute threads would wait for its wake-up."""
     n = len(samplers)
-    tokens = [0] * n
-
-    def run(lo: int, hi: int) -> None:
-        buf = np.empty(len(rows[lo]) if hi > lo else 0, np.float32)
-        for i in range(lo, hi):
-            tokens[i] = _plain_token(samplers[i], rows[i], buf)
-
-    half = n // 2
-    if n >= 4 and sum(s.p.temperature > 0 for s in samplers) >= 4:
-        if _POOL is None:
-            from concurrent.futures import ThreadPoolExecutor
-            _POOL = ThreadPoolExecutor(1, thread_name_prefix="reame-sample")
-        other = _POOL.submit(run, half, n)
-        run(0, half)
-        other.result()
-    else:
-        run(0, n)
-    out = []
+    tokens: list[int | None] = [0] * n
+    hot = [i for i, s in enumerate(samplers) if s.p.temperature > 0.0]
+    for i, s in enumerate(samplers):
+        if s.p.temperature == 0.0:
+            tokens[i] = int(np.argmax(np.asarray(rows[i], dtype=np.float32)))
+    by_len: dict[int, list[int]] = {}
+    for i in hot:
+        by_len.setdefault(len(rows[i]), []).append(i)
+    for idx in by_len.values():
+        _kernel(len(rows[idx[0]]))                  # built before any generator moves
+        u = [samplers[i].rng.random() for i in idx]
+        inv = [1.0 / samplers[i].p.temperature for i in idx]
+        got = draw_rows([rows[i] for i in idx], inv, u, threads)
+        for i, t in zip(idx, got):
+            tokens[i] = int(t) if t >= 0 else None
+    out: list[Sampled | None] = []
     for s, tok in zip(samplers, tokens):
+        if tok is None:
+            out.append(None)
+            continue
         s.accept(tok)
         out.append(Sampled(tok))
     return out

@@ -84,6 +84,8 @@ OP = Op(
         Variant("generic", "generic", ("F32",), ({"vl": 16, "unroll": 2}, {"vl": 8, "unroll": 2}),
                 "portable vectors (the level's vector unit), a stack buffer for the chosen "
                 "block"),
+        Variant("simd", "avx512", ("F32",), ({"vl": 16, "unroll": 2},),
+                "as generic, exp's 2^k by vscalefps"),
     ),
     make_case=_case,
     reference=_reference,

@@ -81,7 +81,8 @@ OP = Op(
     args=("xp", "inv_t", "u", "tok", "n"),
     dims=("K", "B"),
     variants=(
-        Variant("generic", "generic", ("F32",), ({"vl": 16, "unroll": 2}, {"vl": 8, "unroll": 2}),
+        Variant("generic", "generic", ("F32",),
+                ({"vl": 4, "unroll": 1}, {"vl": 8, "unroll": 2}, {"vl": 16, "unroll": 2}),
                 "portable vectors (the level's vector unit), a stack buffer for the chosen "
                 "block"),
         Variant("simd", "avx512", ("F32",), ({"vl": 16, "unroll": 2},),

@@ -37,7 +37,8 @@ def run(k, rows, inv_t, u, nth=1) -> np.ndarray:
     n = len(rows)
     xp = np.array([r.ctypes.data for r in rows], np.int64)
     tok = np.full(n, -7, np.int32)
-    args = pack_args([xp, np.asarray(inv_t, np.float32), np.asarray(u, np.float64), tok, n])
+    it, uu = np.asarray(inv_t, np.float32), np.asarray(u, np.float64)   # alive for the call
+    args = pack_args([xp, it, uu, tok, n])
     k.run_threads(args, nth)
     return tok
 
@@ -97,7 +98,8 @@ def test_masked_tokens_are_never_drawn(level):
     u * total could give: it must land in the last block with weight, on its last token with
     weight); leading -inf and u = 0 draw the first finite one; a temperature
     of 1e-30 (1 / T = 1e30) still draws the max. Catches -inf clamped to -80 like the other
-    exponents (a tiny weight), and a fallback to the last block or index whatever its weight."""
+    exponents (a tiny weight), a fallback to the last block or index whatever its weight, and
+    a block search with >= (u = 0 then stops in the first, all-masked block)."""
     B = 16
     K = 4 * B + 3
     k = _kernel(K, B, level)
@@ -213,23 +215,54 @@ def test_sample_rows_uses_each_samplers_uniforms_in_order():
         assert all(len(s.history) == 5 for s in b)
 
 
+class _Uniforms:
+    """A stand-in for a sampler's generator that hands out the given uniforms in order."""
+
+    def __init__(self, values):
+        self.values = list(values)
+
+    def random(self):
+        return self.values.pop(0)
+
+
 def test_sample_and_sample_rows_draw_the_same_tokens():
     """Sampler.sample (one row) and sample_rows (many, 1 or 2 threads) give a plain sampler the
-    same token at every step, including rows where u * total sits on a boundary (both run the
-    one kernel): speculation's verification and a request moving between batched and lone steps
-    rely on it. Catches Sampler.sample's plain case drawing with the numpy reference."""
+    same token at every step (both run the one kernel), also where u * total sits exactly on a
+    block boundary of the reference's CDF, where the kernel's float32-lane block sums and
+    numpy's pairwise ones can round to different sides (the test first checks that some such u
+    does make the kernel and the numpy reference disagree): speculation's verification and a
+    request moving between batched and lone steps rely on it. Catches either path drawing with
+    the numpy reference while the other uses the kernel."""
     rng = np.random.default_rng(8)
     v = 151936
     temps = [0.8, 1.1, 0.0, 0.6, 1.5]
     for threads in (1, 2):
         a = [Sampler(SamplingParams(temperature=t, seed=i)) for i, t in enumerate(temps)]
         b = [Sampler(SamplingParams(temperature=t, seed=i)) for i, t in enumerate(temps)]
-        for _ in range(6):
+        for _ in range(4):
             rows = (rng.standard_normal((len(temps), v)) * 2).astype(np.float32)
-            rows[:, ::7] = rows[:, 3::7].max()                      # many equal weights: ties
             want = [s.sample(r).token for s, r in zip(a, rows)]
             got = [d.token for d in sampling.sample_rows(b, list(rows), threads=threads)]
             assert got == want
+    # uniforms on the reference's block boundaries
+    x = (rng.standard_normal(v) * 2).astype(np.float32)
+    t = 0.9
+    w = weights(x, np.float32(1 / t))
+    blocks = np.cumsum(sampling._block_sums(w, np.arange(0, v, sampling.CDF_BLOCK)))
+    us = [float(c / blocks[-1]) for c in blocks[:-1]]
+    ref = [draw(w, u) for u in us]
+    fresh = lambda: Sampler(SamplingParams(temperature=t))
+    lone = []
+    for u in us:
+        s = fresh()
+        s.rng = _Uniforms([u])
+        lone.append(s.sample(x).token)
+    assert lone != ref, "no boundary where the kernel and the reference differ: test too weak"
+    for threads in (1, 2):
+        ss = [fresh() for _ in us]
+        for s, u in zip(ss, us):
+            s.rng = _Uniforms([u])
+        assert [d.token for d in sampling.sample_rows(ss, [x] * len(us), threads)] == lone
     # whole-vocabulary draws with a bias or logprobs use the kernel too: the same token as plain
     x = (rng.standard_normal(v) * 2).astype(np.float32)
     plain = Sampler(SamplingParams(temperature=0.9, seed=3)).sample(x).token

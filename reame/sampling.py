@@ -340,9 +340,10 @@ def sample_rows(samplers: list[Sampler], rows: list[np.ndarray],
     `Sampler.sample` would draw one by one (the same kernel, one uniform from each sampler's own
     generator per temperature row, none for greedy rows). A row without finite weights (NaN
     logits) gives None and its sampler is left as it was: sampled alone, it fails its request.
-    `threads`: 1 by default: on the 2-vCPU VM this was measured on a second thread gave
-    nothing (the two vCPUs share one core's throughput: 53 us/row at 1 thread, 57 at 2, 16 rows
-    of 151,936 logits), and the engine's compute threads would wait for its wake-up."""
+    `threads`: 1 by default. On the 2-vCPU VM this was measured on (python -m bench.sampling,
+    16 rows) a second thread saved ~13 us a row of 151,936 logits (54 -> 41) and nothing at
+    49,152 (the two vCPUs share most of one core's throughput), while in the server it would
+    compete with the engine's compute threads spinning down after the step (docs/engine.md)."""
     n = len(samplers)
     tokens: list[int | None] = [0] * n
     hot = [i for i, s in enumerate(samplers) if s.p.temperature > 0.0]

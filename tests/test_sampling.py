@@ -134,10 +134,10 @@ def test_temperature_over_many_cdf_blocks_matches_softmax():
 
 
 def test_sample_rows_draws_what_each_sampler_would():
-    """sample_rows (many sequences' rows at once, half on another thread) draws for each
-    sampler the token its own Sampler.sample would, round after round, and records it in the
-    sampler's history. Catches a shared or reordered random stream, rows swapped between the
-    two threads, a missing accept, a greedy row sampled."""
+    """sample_rows (many sequences' rows at once, in one sample_temp kernel call) draws for
+    each sampler the token its own Sampler.sample would, round after round, and records it in
+    the sampler's history. Catches a shared or reordered random stream, rows swapped in the
+    batch, a missing accept, a greedy row sampled."""
     from reame.sampling import sample_rows
     rng = np.random.default_rng(3)
     v = 151936

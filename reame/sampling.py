@@ -159,6 +159,12 @@ def _kernel(n_vocab: int):
     return k
 
 
+def prepare(n_vocab: int) -> None:
+    """Build (or load) the sample_temp kernel for rows of n_vocab logits now, so that the first
+    temperature request does not pay for it (~10 ms, ~0.2 s when LLVM is not started yet)."""
+    _kernel(n_vocab)
+
+
 def draw_rows(rows: list[np.ndarray], inv_t: list, u: list, threads: int = 1) -> np.ndarray:
     """Token per row (equal lengths), row i drawn with weights exp((x - max x) * inv_t[i]) by
     the uniform u[i] (what `weights` + `draw` give, within rounding at CDF boundaries): int32,

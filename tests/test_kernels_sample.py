@@ -285,3 +285,22 @@ def test_a_nan_row_fails_alone():
     got = sampling.sample_rows(ss, list(rows))
     assert got[1] is None and ss[1].history == []
     assert got[0] is not None and got[2] is not None and len(ss[0].history) == 1
+
+
+def test_the_server_builds_the_sampling_kernel_before_serving(stories_model, tmp_path,
+                                                              monkeypatch):
+    """ModelService.start builds the kernel for the engine's logits rows, so the first
+    temperature request does not wait ~0.2 s for it. Catches a start that leaves it to the
+    first draw (the kernel table still empty after start) or builds it for another row length."""
+    from reame import sampling
+    from reame.codegen.isa import detect
+    from reame.engines import create_engine
+    from reame.server import ServerConfig, create_app
+    monkeypatch.setattr(sampling, "_KERNELS", {})
+    eng = create_engine(stories_model, "jit", n_ctx=256, max_seqs=2)
+    a = create_app(eng, ServerConfig(model=stories_model.path, max_seqs=2, adaptive="off",
+                                     adaptive_dir=str(tmp_path)))
+    try:
+        assert list(sampling._KERNELS) == [(eng.config.n_vocab, detect().level)]
+    finally:
+        a.reame.service.stop()

@@ -128,6 +128,9 @@ class ModelService:
             if a.load(self.config.strategy) is None:
                 log.warning("adaptive: --adaptive frozen: no valid strategy at %s for this CPU, "
                             "model and version: running the built-in defaults", where)
+        from ..sampling import prepare
+        # the sampling kernel for the logits rows, so the first temperature request waits for none
+        prepare(getattr(getattr(self.engine, "config", None), "n_vocab", None) or self.n_vocab)
         self.scheduler.start()
         if a is not None:
             a.warm(self.scheduler)                # the hot prefixes a saved strategy lists

@@ -169,8 +169,9 @@ class ServerConfig:
             raise ReameError("kv_type must be f32 or f16")
         if self.act_type not in (None, "q8", "f32"):
             raise ReameError("act_type must be q8 or f32")
-        if self.attn_type not in ("auto", "f32", "bf16", "invariant"):
-            raise ReameError("attn_type must be auto, f32, bf16 or invariant")
+        from ..engines import ATTN_TYPES
+        if self.attn_type not in ATTN_TYPES:
+            raise ReameError(f"attn_type must be one of {', '.join(ATTN_TYPES)}")
         if not (self.header_timeout > 0 and self.body_timeout > 0):
             raise ReameError("header_timeout and body_timeout must be > 0")
         if self.send_timeout < 0:

@@ -19,7 +19,7 @@ class ServerConfig:
     ctx_size: int | None = None         # context per sequence (None: min(trained, 4096))
     kv_type: str = "f32"
     act_type: str | None = None         # q8 | f32 (None: the engine's default, see reame.engines)
-    attn_type: str = "auto"             # auto | f32 | bf16 | invariant: prompt attention (reame.engines)
+    attn_type: str = "auto"             # engines.ATTN_TYPES: prompt attention (reame.engines)
     # sequences generating at once per worker (the batch): None starts at DEFAULT_BATCH and lets
     # the adaptive runtime grow it up to AUTO_SLOTS while requests wait; a number fixes both
     max_seqs: int | None = None

@@ -229,7 +229,11 @@ class Sampler:
         restricts the choice to those tokens, after biases and penalties, before truncation."""
         p = self.p
         raw = np.asarray(logits, dtype=np.float32)
-        x = raw.copy()
+        # x is written below only by biases, penalties or a grammar's mask (nothing after
+        # writes it in place): a copy then, the caller's row itself otherwise
+        edits = (p.logit_bias or (p.repetition_penalty != 1.0 and p.penalty_last_n != 0)
+                 or p.presence_penalty or p.frequency_penalty or allowed is not None)
+        x = raw.copy() if edits else raw
         if p.logit_bias:
             idx = np.fromiter(p.logit_bias.keys(), dtype=np.int64)
             x[idx] += np.fromiter(p.logit_bias.values(), dtype=np.float32)

@@ -17,7 +17,7 @@ from .config import ServerConfig
 from .messages_api import Messages
 from .messages_models import anthropic_error, is_messages_path
 from .metrics import Metrics
-from .responses import ClosingStream, Job, client_connected, embeddings_result
+from .responses import ClosingStream, answer, client_connected, embeddings_result, start_job
 from .schemas import (APIError, error_body, parse_chat, parse_completion, parse_detokenize,
                       parse_embeddings, parse_json, parse_tokenize)
 from .service import Loader, ModelService, build_service, model_names
@@ -104,21 +104,8 @@ class Generate:
             r = parse_completion(body, service.n_vocab, service.max_n)
         service.check_model(r.model)
         prompts = [service.chat_prompt(r)] if self.kind == "chat" else service.completion_prompts(r)
-        t0 = getattr(req.context, "t_arrival", time.monotonic())
-        job = Job(service, r, prompts, self.metrics, self.endpoint, t0,
-                  connected=client_connected(req.env))
-        try:
-            job.wait_first()
-        except BaseException:
-            job.cancel()
-            raise
-        if r.stream:
-            resp.content_type = "text/event-stream; charset=utf-8"
-            resp.set_header("Cache-Control", "no-cache")
-            resp.set_header("X-Accel-Buffering", "no")       # nginx: do not buffer this response
-            resp.stream = ClosingStream(job)
-        else:
-            resp.media = job.result()
+        job = start_job(req, service, r, prompts, self.metrics, self.endpoint)
+        answer(resp, job, r.stream)
 
 
 class Models:

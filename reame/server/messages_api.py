@@ -32,7 +32,6 @@ its `tool_calls` (arguments = the input as JSON); thinking blocks of earlier tur
 from __future__ import annotations
 
 import json
-import time
 
 import falcon
 from pydantic import ValidationError
@@ -41,7 +40,7 @@ from .messages_models import (CountTokensRequest, DocumentBlock, ImageBlock, Mes
                               MessagesRequest, RedactedThinkingBlock, TextBlock, TextOut,
                               ThinkingBlock, ThinkingOut, ToolResultBlock, ToolUseBlock,
                               ToolUseOut, Usage, anthropic_error)
-from .responses import ClosingStream, Job, client_connected
+from .responses import Job, answer, start_job
 from .schemas import APIError, GenerationRequest, invalid, parse_chat, parse_json
 
 
@@ -353,25 +352,13 @@ class Messages:
     def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
         try:
             service, r, gr = self._parse(req, False)
-            prompts = [service.chat_prompt(gr)]
-            t0 = getattr(req.context, "t_arrival", time.monotonic())
-            job = Job(service, gr, prompts, self.metrics, "/v1/messages", t0,
-                      connected=client_connected(req.env))
+            job = start_job(req, service, gr, [service.chat_prompt(gr)], self.metrics,
+                            "/v1/messages")
         except APIError as e:
             raise _renamed(e) from None
-        try:
-            job.wait_first()
-        except BaseException:
-            job.cancel()
-            raise
         omit = r.thinking is not None and getattr(r.thinking, "display", None) == "omitted"
-        if gr.stream:
-            resp.content_type = "text/event-stream; charset=utf-8"
-            resp.set_header("Cache-Control", "no-cache")
-            resp.set_header("X-Accel-Buffering", "no")
-            resp.stream = ClosingStream(job, stream_events(job, omit))
-        else:
-            resp.media = message_result(job, omit)
+        answer(resp, job, gr.stream, lambda: stream_events(job, omit),
+               lambda: message_result(job, omit))
 
     def on_post_count_tokens(self, req: falcon.Request, resp: falcon.Response) -> None:
         try:

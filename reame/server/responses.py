@@ -434,6 +434,33 @@ class ClosingStream:
 
 
 
+def start_job(req, service, r: GenerationRequest, prompts: list[list[int]], metrics,
+              endpoint: str) -> Job:
+    """The Job generating a request: timed from its arrival, cancelled once its client left."""
+    return Job(service, r, prompts, metrics, endpoint,
+               getattr(req.context, "t_arrival", time.monotonic()),
+               connected=client_connected(req.env))
+
+
+def answer(resp, job: Job, stream: bool, body: Callable[[], Iterator[bytes]] | None = None,
+           result: Callable[[], dict] | None = None) -> None:
+    """Wait for the job's first token (cancelling it if that fails), then answer: as SSE, the
+    stream `body()` makes (the chat or text completion chunks by default), else `result()`
+    (`job.result` by default) as JSON."""
+    try:
+        job.wait_first()
+    except BaseException:
+        job.cancel()
+        raise
+    if stream:
+        resp.content_type = "text/event-stream; charset=utf-8"
+        resp.set_header("Cache-Control", "no-cache")
+        resp.set_header("X-Accel-Buffering", "no")       # nginx: do not buffer this response
+        resp.stream = ClosingStream(job, None if body is None else body())
+    else:
+        resp.media = (job.result if result is None else result)()
+
+
 # ---- /v1/embeddings ----
 
 def embeddings_result(service, request, inputs: int, prompts: list[list[int]], model_fmt: str,

@@ -32,7 +32,7 @@ from collections import OrderedDict
 import falcon
 
 from . import responses_models as M
-from .responses import ClosingStream, Job, client_connected
+from .responses import Job, answer, start_job
 from .schemas import APIError, invalid, parse_chat, parse_json
 
 ENDPOINT = "/v1/responses"
@@ -398,24 +398,13 @@ class Responses:
             g = parse_chat(cbody, service.n_vocab, 1)
             service.check_model(g.model)
             prompt = self._prompt(service, g, origins, r.truncation == "auto")
-            t0 = getattr(req.context, "t_arrival", time.monotonic())
-            job = Job(service, g, [prompt], self.metrics, ENDPOINT, t0,
-                      connected=client_connected(req.env))
+            job = start_job(req, service, g, [prompt], self.metrics, ENDPOINT)
         except APIError as e:
             raise remap(e, origins, tool_index) from None
-        try:
-            job.wait_first()
-        except BaseException:
-            job.cancel()
-            raise
-        ctx = _Context(self, r, service, job, items)
-        if r.stream:
-            resp.content_type = "text/event-stream; charset=utf-8"
-            resp.set_header("Cache-Control", "no-cache")
-            resp.set_header("X-Accel-Buffering", "no")
-            resp.stream = ClosingStream(job, ctx.sse())
-        else:
-            resp.media = ctx.whole()
+
+        def ctx():              # made once the first token is in (its created_at)
+            return _Context(self, r, service, job, items)
+        answer(resp, job, bool(r.stream), lambda: ctx().sse(), lambda: ctx().whole())
 
     @staticmethod
     def _prompt(service, g, origins: list[str], truncate: bool) -> list[int]:

@@ -272,13 +272,6 @@ def _format(text: M.TextConfig | None):
                   "'json_schema'.")
 
 
-# Reame's extensions of the chat request, accepted here too (docs/server.md)
-EXTENSIONS = ("seed", "top_k", "min_p", "repetition_penalty", "presence_penalty",
-              "frequency_penalty", "logit_bias", "stop", "ignore_eos", "chat_template_kwargs",
-              "grammar", "guided_json", "guided_regex", "guided_choice", "guided_grammar",
-              "structured_outputs")
-
-
 def chat_body(r: M.ResponsesRequest, messages: list[dict]) -> tuple[dict, list[int]]:
     """The /v1/chat/completions body equivalent to the request (and each chat tool's index in
     the request's `tools`)."""
@@ -287,7 +280,7 @@ def chat_body(r: M.ResponsesRequest, messages: list[dict]) -> tuple[dict, list[i
         body["model"] = r.model
     if r.max_output_tokens is not None:
         body["max_completion_tokens"] = r.max_output_tokens
-    for k in ("temperature", "top_p", "parallel_tool_calls") + EXTENSIONS:
+    for k in ("temperature", "top_p", "parallel_tool_calls") + M.EXTENSIONS:
         if getattr(r, k) is not None:
             body[k] = getattr(r, k)
     tools, index, choice = _tools(r)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from .schemas import APIError, invalid
 
@@ -174,10 +174,16 @@ INCLUDABLE = {
 }
 
 
-class ResponsesRequest(_In):
-    """POST /v1/responses. Fields that would change the result and are not implemented
-    (`background: true`, `conversation`, `prompt`, `context_management`, `moderation`) are
-    declared so that they get their own 400 (responses_api.refuse_unsupported)."""
+# Reame's extensions of the chat request, accepted here too (docs/server.md): fields of
+# ResponsesRequest, passed to the chat request as they are and checked there (as on
+# /v1/chat/completions; responses_api.chat_body)
+EXTENSIONS = ("seed", "top_k", "min_p", "repetition_penalty", "presence_penalty",
+              "frequency_penalty", "logit_bias", "stop", "ignore_eos", "chat_template_kwargs",
+              "grammar", "guided_json", "guided_regex", "guided_choice", "guided_grammar",
+              "structured_outputs")
+
+
+class _ResponsesFields(_In):
     model: str | None = None
     input: str | list[Any] | None = None
     instructions: str | None = None
@@ -209,24 +215,15 @@ class ResponsesRequest(_In):
     context_management: Any = None
     moderation: Any = None
     prompt_cache_options: dict[str, Any] | None = None      # caching hints: no effect here
-    # extensions, passed to the chat request as they are and checked there (as on
-    # /v1/chat/completions; EXTENSIONS in responses_api.py)
-    seed: Any = None
-    top_k: Any = None
-    min_p: Any = None
-    repetition_penalty: Any = None
-    presence_penalty: Any = None
-    frequency_penalty: Any = None
-    logit_bias: Any = None
-    stop: Any = None
-    ignore_eos: Any = None
-    chat_template_kwargs: Any = None
-    grammar: Any = None
-    guided_json: Any = None
-    guided_regex: Any = None
-    guided_choice: Any = None
-    guided_grammar: Any = None
-    structured_outputs: Any = None
+
+
+ResponsesRequest = create_model(
+    "ResponsesRequest", __base__=_ResponsesFields, __module__=__name__,
+    __doc__="""POST /v1/responses: its fields and the EXTENSIONS (any value, null by default).
+    Fields that would change the result and are not implemented (`background: true`,
+    `conversation`, `prompt`, `context_management`, `moderation`) are declared so that they get
+    their own 400 (responses_api.refuse_unsupported).""",
+    **{name: (Any, None) for name in EXTENSIONS})
 
 
 # ---- the response ----

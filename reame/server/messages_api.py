@@ -211,10 +211,10 @@ def _input(arguments: str) -> dict:
 
 
 def _usage(job: Job) -> Usage:
-    p = sum(len(x) for x in job.prompts)
-    cached = job.request.cached_tokens or 0
-    return Usage(input_tokens=p - cached, cache_read_input_tokens=cached,
-                 output_tokens=sum(ch.n_tokens for ch in job.choices))
+    u = job.usage
+    cached = u["prompt_tokens_details"]["cached_tokens"] or 0
+    return Usage(input_tokens=u["prompt_tokens"] - cached, cache_read_input_tokens=cached,
+                 output_tokens=u["completion_tokens"])
 
 
 def _stop(job: Job, finish_reason: str | None) -> tuple[str, str | None]:

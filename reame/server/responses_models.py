@@ -4,8 +4,8 @@ Requests are validated strictly (no string-to-number coercion, no unknown fields
 does not fit becomes an OpenAI-shaped 400 naming the field's path (`input[2].content[0].text`,
 `tools[1].parameters`), never a 500 (`validate`). Unions whose members are told apart by a
 `type` field (input items, content parts, tools, `text.format`) are dispatched by hand
-(`MODELS_BY_TYPE` tables in responses_api.py), so an unknown or unsupported `type` gets its own
-message and the path never carries pydantic's union tags.
+(responses_api.py: `to_messages`, `_parts`, `_tools`, `_format`), so an unknown or
+unsupported `type` gets its own message and the path never carries pydantic's union tags.
 
 The response side (`Response`, its output items and `Usage`) is what `POST /v1/responses`,
 `GET /v1/responses/{id}` and the streamed events carry, in the shapes the `openai` 3.x client

@@ -28,7 +28,8 @@ OPEN_PATHS = {"/health"}
 ENDPOINTS = {"/v1/chat/completions", "/v1/completions", "/v1/models", "/v1/models/{model_id}",
              "/health", "/metrics", "/tokenize", "/detokenize", "/v1/embeddings",
              "/v1/adaptive", "/v1/adaptive/freeze", "/v1/adaptive/unfreeze",
-             "/v1/messages", "/v1/messages/count_tokens"}
+             "/v1/messages", "/v1/messages/count_tokens", "/v1/responses",
+             "/v1/responses/{response_id}", "/v1/responses/{response_id}/input_items"}
 # headers a browser script may read on a cross-origin answer (besides the CORS-safelisted ones)
 CORS_EXPOSE = ("Retry-After", "WWW-Authenticate")
 
@@ -84,9 +85,6 @@ class RequestMetrics:
 
 
 # ---- resources ----
-
-ENDPOINTS |= {"/v1/responses", "/v1/responses/{response_id}",        # responses_api.py
-              "/v1/responses/{response_id}/input_items"}
 
 class Generate:
     """POST /v1/chat/completions and POST /v1/completions."""

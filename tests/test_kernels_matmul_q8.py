@@ -194,3 +194,34 @@ def test_panel_f16_scale_edge_values(dtype):
         rtol, atol = OP.tolerance(dtype)
         np.testing.assert_allclose(case.buffers["y"], want, rtol=rtol, atol=atol * 1000,
                                    err_msg=spec.label())
+
+
+@pytest.mark.parametrize("dtype", mq.PANEL_FAMILY_TYPES)
+def test_amx_tiles_give_the_panels_bits(dtype):
+    """Family `amx` (AMX-INT8 tiles, prompt-sized programs) computes each output with the panel
+    family's arithmetic: the same exact int32 block dots, then the same fused float steps in the
+    same block order, so every output is bit-identical to the panel's (a token's logits do not
+    depend on the program its step ran in). Token counts below, at and across a 16-token tile
+    and a chunk (tc), ragged panels, 1-16 threads. Catches an epilogue that rounds differently
+    (F * S then + acc instead of one FMA, d_w * d_a in another grouping), a wrong Q4_0 offset,
+    and a chunk boundary that skips tokens."""
+    isa = detect()
+    if "amx" not in isa.levels or not any(v.family == "amx" and v.usable(isa) for v in OP.variants):
+        pytest.skip("this CPU (or OS) has no AMX-INT8 tiles")
+    for M, K, acc in PANEL_DIMS + ((37, 1056, 1),):
+        specs = OP.specs(dtype, isa, M=M, K=K, acc=acc)
+        panel = build(next(s for s in specs if s.family == "panel"), isa)
+        amx = [build(s, isa) for s in specs if s.family == "amx"]
+        assert amx
+        for n in (1, 3, 16, 17, 33, 130):
+            case, want = _case(dtype, M, K, acc, n)
+            y = case.buffers["y"]
+            for nth in (1, 2, 3, 16):
+                y[...] = case.meta["y0"]
+                panel.run_threads(case.args, nth)
+                ref = y.copy()
+                for k in amx:
+                    y[...] = case.meta["y0"]
+                    k.run_threads(case.args, nth)
+                    assert np.array_equal(y.view(np.uint32), ref.view(np.uint32)), \
+                        f"{k.spec.label()} n={n} nth={nth}: not the panel's bits"

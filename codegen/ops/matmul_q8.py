@@ -26,6 +26,7 @@ from reame.tensor_types import TENSOR_TYPES
 from .. import q8a
 from . import matmul_q8_kquants as _k
 from .base import Case, Op, Variant
+from .matmul_q8k import AmxVariant
 
 LEGACY = ("Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1")
 LEVELS4 = ("IQ4_NL",)          # 4-bit indices into 16 levels: families generic and vnni
@@ -126,6 +127,12 @@ OP = Op(
                 "activation broadcast, scales applied to 16 rows per instruction; activations "
                 "repacked block-major per token tile; " + _TOKENS_DOC
                 + ", pf = next-panel prefetch locality (3: L1, 2: L2, none: off)"),
+        AmxVariant("amx", "amx", PANEL_FAMILY_TYPES, ({"tc": 128}, {"tc": 64}),
+                   "AMX-INT8: family `panel`'s arithmetic with the integer dots on tiles: per "
+                   "16-row panel and token chunk the rows' blocks decoded once into int8 B tiles, "
+                   "per 16-token tile and 32-block one tdpbssd (A = the Q8A quants), the int32 tile "
+                   "scaled into float accumulators by the panel's own fused steps, so a token's "
+                   "outputs are bit-identical to the panel's; tc = tokens per chunk"),
         Variant("dotprod", "dotprod", LEGACY + LEVELS4, ({"nt": 1}, {"nt": 2}, {"nt": 4}),
                 "AArch64 dot product: two sdot per block and token, 4 blocks' sums gathered by "
                 "two levels of addp, then one scvtf / fmul (4 weight x 4 activation scales) / "

@@ -163,8 +163,11 @@ def choose(op_name: str, dtype: str, isa: ISA, n_tokens: int, **dims) -> KernelS
 
 
 GEMM_MIN_TOKENS = 16
-# families only for prompt-chunk programs (>= PROMPT_STEP tokens): matmul_q8k's AMX tiles decode
-# a 16-row panel once per chunk of tokens and compute 16 tokens per tile, wasted on small steps
+# families only for prompt-chunk programs (>= PROMPT_STEP tokens): matmul_q8k's and matmul_q8's
+# AMX tiles decode a 16-row panel once per chunk of tokens and compute 16 tokens per tile,
+# wasted on small steps (matmul_q8, SmolLM2-135M Q4_1, 2 threads: an 8-token step's products
+# 14.3 thread-ms on tiles vs 7.7 on the panels, 16 tokens 15.8 vs 13.0; prompt chunks of 256
+# 1.09x faster, a 0.5B Q8_0's 1.31x: docs/kernels-int8.md)
 PROMPT_FAMILIES = ("amx",)
 PANEL_OPS = ("matmul_q8", "matmul_q8k")
 PANEL_MIN_TOKENS = {"matmul_q8": 1,   # every program, decode included (see use_panel)

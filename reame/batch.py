@@ -18,9 +18,13 @@ class Batch:
     positions: np.ndarray    # int32 [n]  position of each token in its sequence
     seq_ids: np.ndarray      # int32 [n]  KV-cache slot of each token's sequence
     logits_rows: np.ndarray  # int32 [m]  which of the n tokens need logits (in this order)
+    # the first n_decode tokens are generated ones (a decoding sequence's next token and its
+    # drafts), the rest prompt tokens; None: not said (the engine then goes by the step's size)
+    n_decode: int | None = None
 
     @classmethod
-    def build(cls, tokens, positions, seq_ids, logits_rows=None) -> "Batch":
+    def build(cls, tokens, positions, seq_ids, logits_rows=None,
+              n_decode: int | None = None) -> "Batch":
         tokens = np.asarray(tokens, dtype=np.int32).reshape(-1)
         n = len(tokens)
         positions = np.asarray(positions, dtype=np.int32).reshape(-1)
@@ -30,19 +34,23 @@ class Batch:
         logits_rows = np.asarray(logits_rows, dtype=np.int32).reshape(-1)
         if len(positions) != n:
             raise ValueError("tokens and positions differ in length")
-        return cls(tokens, positions, seq_ids, logits_rows)
+        if n_decode is not None and not 0 <= n_decode <= n:
+            raise ValueError(f"n_decode {n_decode} outside 0..{n}")
+        return cls(tokens, positions, seq_ids, logits_rows, n_decode)
 
     @classmethod
     def prefill(cls, tokens, start: int, seq: int, all_logits: bool = False) -> "Batch":
         """A chunk of one sequence's prompt starting at position `start`; logits of its last token."""
         n = len(tokens)
         rows = np.arange(n) if all_logits else [n - 1]
-        return cls.build(tokens, np.arange(start, start + n), seq, rows)
+        return cls.build(tokens, np.arange(start, start + n), seq, rows, n_decode=0)
 
     @classmethod
     def decode(cls, tokens, positions, seq_ids) -> "Batch":
         """One token per sequence, each at its own position; logits for all of them."""
-        return cls.build(tokens, positions, seq_ids)
+        b = cls.build(tokens, positions, seq_ids)
+        b.n_decode = len(b)
+        return b
 
     def __len__(self) -> int:
         return len(self.tokens)

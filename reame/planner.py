@@ -208,8 +208,9 @@ class Planner:
             work.append(w)
         if not work:
             return None
-        return StepPlan(Batch.build(tokens, positions, slots, rows), work, len(decode),
-                        preempted, admitted)
+        n_decode = sum(w.n for w in work[:len(decode)])      # decode rows come first
+        return StepPlan(Batch.build(tokens, positions, slots, rows, n_decode=n_decode), work,
+                        len(decode), preempted, admitted)
 
     def _drafts(self, decode: list, chunks: list) -> dict[int, list[int]]:
         """Draft tokens for the decoding sequences (id(seq) -> tokens), within the token budget

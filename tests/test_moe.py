@@ -139,8 +139,10 @@ def test_decode_reads_only_the_picked_experts(tmp_path_factory, stories_vocab):
     poisoned.write_bytes(bytes(data))
     # the prompt's own steps would route to the poisoned experts: the poisoned engine gets the
     # prompt's KV cache from a clean one, then runs the decode step alone
-    eng = JITEngine(load_model(poisoned), n_ctx=64, max_seqs=1, threads=2)
-    clean = JITEngine(model, n_ctx=64, max_seqs=1, threads=2)
+    eng = JITEngine(load_model(poisoned), n_ctx=64, max_seqs=1, threads=2,
+                    attn_type="f32")   # the reference's attention
+    clean = JITEngine(model, n_ctx=64, max_seqs=1, threads=2,
+                       attn_type="f32")
     try:
         clean.forward(Batch.prefill(prompt, 0, 0))
         eng.kv.tables[...] = clean.kv.tables

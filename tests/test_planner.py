@@ -123,6 +123,7 @@ def test_decode_tokens_first_then_prefill_within_the_budget():
     plan = run_step(p, eng)
     assert [w.seq for w in plan.work] == dec + [long]
     assert [w.n for w in plan.work] == [1, 1, 1, 5] and plan.n_decode == 3
+    assert plan.batch.n_decode == 3              # the decode rows, for the engine's attention
     assert list(plan.batch.tokens[:3]) == [s.tokens[-2] for s in dec]
     assert len(plan.batch.logits_rows) == 3      # the prompt chunk needs no logits yet
     plan = run_step(p, eng)

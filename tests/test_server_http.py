@@ -591,6 +591,7 @@ def server(stories_path, tmp_path_factory):
     default timeouts (10 s head, 60 s body), CORS for one origin."""
     s = ReameServer(stories_path, "--max-seqs", "4", "--queue-size", "16", "--http-threads",
                     "16", "--ctx-size", LONG_CTX, "--cors-origins", ORIGIN,
+                    "--attn-type", "f32",      # embeddings are checked against the f32 oracle
                     log_dir=tmp_path_factory.mktemp("http"))
     yield s
     s.stop()
@@ -602,7 +603,7 @@ def strict(stories_path, tmp_path_factory):
     s = ReameServer(stories_path, "--max-seqs", "2", "--http-threads", "8", "--ctx-size",
                     LONG_CTX, "--header-timeout", "1", "--body-timeout", "1", "--send-timeout",
                     "1", "--send-buffer", "8192", "--api-key", "sk-strict", "--cors-origins",
-                    ORIGIN, "--pooling", "mean",
+                    ORIGIN, "--pooling", "mean", "--attn-type", "f32",
                     env={"REAME_MAX_BODY_BYTES": "4096"},
                     log_dir=tmp_path_factory.mktemp("strict"))
     yield s

@@ -246,6 +246,9 @@ def run_with_costs(cost_fn, seed=0):
         spec.step_done(len(plan.batch), cost_fn(len(plan.batch)))
         steps += 1
         verify += any(w.draft for w in plan.work)
+        # a verified draft's rows are decode rows (the batch's first n_decode): the engine runs
+        # them on the decode attention kernel whatever else shares the step
+        assert all(w.offset + w.n <= plan.batch.n_decode for w in plan.work if w.draft)
     for s in seqs:
         assert s.gen.output_ids == expected(s.tokens[:s.n_prompt], 60)
     return verify, steps

@@ -278,3 +278,49 @@ def test_invariant_attention_keeps_a_tokens_logits_in_a_prompt_sized_step(attn_t
         assert np.array_equal(alone, mixed) == (attn_type == "invariant")
     finally:
         eng.close()
+
+
+def test_a_tokens_attention_is_one_arithmetic_whatever_shares_its_step():
+    """The default attention (attn_type auto: bf16 prompt attention on an AMX-BF16 CPU) runs,
+    in every program, a step's decode rows (Batch.n_decode, first) on attn_decode and its
+    prompt rows on attn_prefill, each kernel computing a row on its own: a prompt computed in
+    one chunk or in chunks of 7, 49, 1 and 3 tokens (programs of 8, 512, 4 and 4) leaves the
+    same KV cache and last-token logits, and a token decoded alone gets the logits of its row
+    in a 5-token verify step and in a 40-token mixed step beside another sequence's prompt
+    chunk, bit for bit. This is what keeps greedy outputs identical with and without
+    speculation at any concurrency. Catches decode programs that run prompt rows on the decode
+    kernel (the chunked prompt's logits differ by ~0.5), a prompt program that runs decode
+    rows on the prompt kernel (the mixed step's row differs), and a lone prompt row left in
+    the one-token program, which has no prompt-row attention."""
+    from conftest import shared_path
+
+    from reame.batch import Batch
+    from reame.codegen.isa import detect
+    from reame.model import load_model
+    if not detect().has("avx512_vnni"):
+        pytest.skip("the row-panel family needs AVX-512 VNNI (elsewhere decode and batched "
+                    "steps use different tiles)")
+    model = load_model(shared_path("models/SmolLM2-135M-Instruct.Q4_1.gguf"))
+    eng = create_engine(model, "jit", n_ctx=256, max_seqs=4, threads=2)
+    try:
+        assert eng.split_attention
+        prompt = [int(t) for t in np.random.default_rng(3).integers(100, 20000, 60)]
+        n = len(prompt)
+        whole = eng.forward(Batch.prefill(prompt, 0, 0))[-1]
+        pos = 0
+        for c in (7, 49, 1, 3):     # a lone prompt row too (it runs the 4-token program)
+            part = eng.forward(Batch.prefill(prompt[pos:pos + c], pos, 1))[-1]
+            pos += c
+        assert np.array_equal(whole, part)
+        k, t0, t1 = eng.kv.k[model.config.n_layer - 1], eng.kv.tables[0, 0], eng.kv.tables[1, 0]
+        assert np.array_equal(k[t0], k[t1])
+        alone = eng.forward(Batch.decode([7], [n], [0]))[0]
+        five = eng.forward(Batch.build([7, 8, 9, 10, 11], range(n, n + 5), 1, range(5),
+                                       n_decode=5))[0]
+        assert np.array_equal(alone, five)
+        chunk = list(range(2000, 2039))         # slot 2's first 39 prompt tokens beside it
+        mixed = eng.forward(Batch.build([7, *chunk], [n, *range(39)], [1] + [2] * 39, [0],
+                                        n_decode=1))[0]
+        assert np.array_equal(alone, mixed)
+    finally:
+        eng.close()

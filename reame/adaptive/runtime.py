@@ -317,7 +317,7 @@ class AdaptiveRuntime:
         self._t_step = time.monotonic()
         if self.tuner is None:
             return
-        label = str(self.engine._bucket_of[len(plan.batch)])
+        label = str(self.engine.program_for(plan.batch)[0])
         self._label = label
         self._timed = self.tuner.before_step(label)
         if self._timed:

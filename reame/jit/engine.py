@@ -25,7 +25,7 @@ from ..dispatch import DispatchTable
 from ..kv_cache import DEFAULT_BLOCK_SIZE, PagedKVCache
 from ..model import Model
 from ..reference import rope_angles
-from .program import M, N, ProgramBuilder, StepProgram
+from .program import D, M, N, P as PROMPT_ROWS, Dyn, ProgramBuilder, StepProgram
 from ..tensor_types import PROMPT_STEP
 from .select import (Q8K_MIN_TOKENS, attn_precision, attn_prefill_spec, choose,  # noqa: F401
                      matmul_site)                           # (Q8K_MIN_TOKENS: re-exported)
@@ -54,17 +54,21 @@ class JITEngine:
                  row_panels: bool = True, cpus: list[int] | None = None,
                  attn_type: str = "auto"):
         """`cpus`: pin compute thread i to cpus[i] (reame/topology.py); None: threads float.
-        `attn_type`: "f32", or "bf16" for prompt-chunk programs' attention on AMX-BF16 tiles
+        `attn_type`: the attention of prompt rows: "f32", or "bf16" on AMX-BF16 tiles
         (select.attn_prefill_spec; without AMX a warning is logged and attention stays f32), or
-        "auto": bf16 where this ISA has AMX-BF16 and activations are q8 (int_dot), else f32, or
-        "invariant": every program's attention on attn_decode (f32), so that a token's
-        attention output is computed the same way in a step of any size (with matmul_q8's row
-        panels, its logits then do not depend on the batch: docs/speculation.md)
+        "auto": bf16 where this ISA has AMX-BF16 and activations are q8 (int_dot), else f32;
+        in every program a step's decode rows (Batch.n_decode: generated tokens and drafts,
+        first) run attn_decode (f32) and its prompt rows attn_prefill, each kernel computing a
+        row on its own, so a token's attention is computed the same way whatever shares its
+        step (with matmul_q8's row panels its logits then do not depend on the batch:
+        docs/speculation.md). "invariant": every row on attn_decode, prompts included
         (reame.engines.ATTN_TYPES)."""
         self.model, self.config = model, model.config
         c = self.config
         self.isa = isa or detect()
         self.attn_type = attn_precision(attn_type, self.isa, int_dot)
+        # decode rows on attn_decode and prompt rows on attn_prefill in every program
+        self.split_attention = _has_op("attn_prefill") and self.attn_type != "invariant"
         self.max_tokens = max(max_batch_tokens, max_seqs)
         self.max_logits = max_logits or max(max_seqs, 16)   # logits rows one step can return
         # a pool of kv_blocks blocks (default: a whole context per slot) and the block tables
@@ -163,7 +167,8 @@ class JITEngine:
         lo = max([b for b in self.buckets if b < bucket], default=0) + 1
         head = min(bucket, self.max_seqs)          # rows needing logits: ~ one per sequence
         P = ProgramBuilder(self.table, self.kernels, str(bucket), isa,
-                           ranges={"n": (lo, bucket), "m": (1, min(bucket, self.max_logits))})
+                           ranges={"n": (lo, bucket), "m": (1, min(bucket, self.max_logits)),
+                                   "d": (1, bucket), "p": (1, bucket)})
         W = lambda name: m.tensor(name).data         # noqa: E731  raw GGUF bytes (mmap)
         S = self.small
 
@@ -209,8 +214,9 @@ class JITEngine:
                          scale=float(c.kq_scale))
         if c.attn_softcap:                           # Gemma 2 (absent otherwise: same kernels)
             attn_dims["softcap"] = float(c.attn_softcap)
-        attn_op = ("attn_prefill" if bucket > BUCKETS[-1] and _has_op("attn_prefill")
-                   and self.attn_type != "invariant" else "attn_decode")
+        # the one-token program has no prompt-row attention: a one-token step with a prompt row
+        # runs the next program (forward), so decode alone pays no empty op per layer
+        split = self.split_attention and bucket > 1
         emb = m.tensor("token_embd.weight")
         moe = []                                     # (router blocks, expert ops) per layer
 
@@ -255,10 +261,17 @@ class JITEngine:
                  k=self.k, v=self.v, kc=kc, vc=vc, pos=self.pos, seq=self.seq, bt=bt, n=N)
             # ---- attention over each token's prefix (through the block table); x += att Wo
             window = {"swa": c.swa} if c.is_swa(il) else {}   # sliding-window layer (Gemma)
-            attn = (attn_prefill_spec(self.attn_type, isa, bucket, **attn_dims, **window)
-                    if attn_op == "attn_prefill" else spec(attn_op, **attn_dims, **window))
-            P.op(b + "attn", attn, q=self.q, kc=kc, vc=vc,
-                 out=self.att, pos=self.pos, seq=self.seq, bt=bt, n=N)
+            P.op(b + "attn", spec("attn_decode", **attn_dims, **window), q=self.q, kc=kc,
+                 vc=vc, out=self.att, pos=self.pos, seq=self.seq, bt=bt, n=D if split else N)
+            if split:      # prompt rows (after the decode rows): the prompt kernel, every program
+                P.no_barrier_before_next()
+                rows = {a: Dyn("d", arr.strides[0], arr)
+                        for a, arr in (("q", self.q), ("out", self.att), ("pos", self.pos),
+                                       ("seq", self.seq))}
+                P.op(b + "attn_prompt", attn_prefill_spec(self.attn_type, isa,
+                                                          max(bucket, PROMPT_STEP), **attn_dims,
+                                                          **window),
+                     kc=kc, vc=vc, bt=bt, n=PROMPT_ROWS, **rows)
             if c.post_norms:                         # Gemma: x += RMSNorm(att Wo)
                 linear(b + "attn_output.weight", self.att, "att", self.o, N, fresh)
                 post_norm(b + "post_attention_norm")
@@ -379,8 +392,9 @@ class JITEngine:
         self.pos[:n] = batch.positions
         self.seq[:n] = batch.seq_ids
         self.rows[:mrows] = batch.logits_rows
-        prog = self.programs[self._bucket_of[n]]
-        prog.set(n=n, m=mrows)
+        bucket, d = self.program_for(batch)
+        prog = self.programs[bucket]
+        prog.set(n=n, m=mrows, d=d)
         self.table.commit()                       # step boundary: staged variants go live
         self.steps += 1
         timed = self.time_next or (self.sample_every and self.steps % self.sample_every == 0)
@@ -388,6 +402,19 @@ class JITEngine:
         prog.program.set_stats(self.table.stats if timed else None)
         self.pool.run(prog.program.words)
         return self.logits[:mrows].copy()
+
+    def program_for(self, batch: Batch) -> tuple[int, int]:
+        """(the program a step runs: its bucket, the step's decode rows). Batch.n_decode None
+        (not said): a decode-sized program's rows decode, a prompt program's are prompt rows.
+        A one-token step whose row is a prompt row runs the next program (the one-token program
+        has no prompt-row attention)."""
+        n = len(batch)
+        bucket, d = self._bucket_of[n], batch.n_decode
+        if d is None:
+            d = n if bucket <= BUCKETS[-1] else 0
+        elif d < n and bucket == 1 and self.split_attention:
+            bucket = self._bucket_of[2]
+        return bucket, d
 
     def final_hidden(self, lo: int, hi: int) -> np.ndarray:
         """The final hidden states (after the output norm) of tokens lo..hi-1 of the last

@@ -22,16 +22,23 @@ from ..dispatch import DispatchTable
 
 
 class Dyn:
-    """A per-step integer: `n` tokens or `m` logits rows, times a constant factor."""
+    """A per-step integer: `n` tokens, `m` logits rows, `d` decode rows (the batch's first rows:
+    generated tokens and drafts) or `p` prompt rows (the rest), times a constant factor; with
+    `at`, an array, the address of its element factor * value (bytes): a pointer that moves
+    past the decode rows."""
 
-    def __init__(self, name: str, factor: int = 1):
-        self.name, self.factor = name, factor
+    def __init__(self, name: str, factor: int = 1, at: np.ndarray | None = None):
+        self.name, self.factor, self.at = name, factor, at
 
     def __mul__(self, k: int) -> "Dyn":
-        return Dyn(self.name, self.factor * k)
+        return Dyn(self.name, self.factor * k, self.at)
+
+    def base(self) -> int:
+        return 0 if self.at is None else self.at.ctypes.data
 
 
-N, M = Dyn("n"), Dyn("m")
+N, M, D, P = Dyn("n"), Dyn("m"), Dyn("d"), Dyn("p")
+STEP_WORDS = ("n", "m", "d", "p")
 
 # ops worth cutting into several slices per thread (claimed dynamically, which evens out threads
 # that run at different speeds); the element-wise ops get one slice per thread
@@ -80,7 +87,7 @@ class ProgramBuilder:
     def finish(self) -> "StepProgram":
         sizes = [len(w) for _, w, _, _ in self.ops]
         block = aligned_zeros(max(1, sum(sizes)))
-        dyn = defaultdict(lambda: ([], []))           # name -> (indices, factors)
+        dyn = defaultdict(lambda: ([], [], []))       # name -> (indices, factors, bases)
         keep = []                                     # arrays referenced by the blocks
         offsets, pos = [], 0
         for (_, words, _, _), size in zip(self.ops, sizes):
@@ -89,6 +96,9 @@ class ProgramBuilder:
                 if isinstance(w, Dyn):
                     dyn[w.name][0].append(pos + j)
                     dyn[w.name][1].append(w.factor)
+                    dyn[w.name][2].append(w.base())
+                    if w.at is not None:
+                        keep.append(w.at)
                 elif isinstance(w, np.ndarray):
                     block[pos + j] = w.ctypes.data
                     keep.append(w)
@@ -100,8 +110,8 @@ class ProgramBuilder:
                        [(slot, base + 8 * off, bar, slices)
                         for (slot, _, bar, slices), off in zip(self.ops, offsets)])
         self.table.attach(prog)
-        dyn_arrays = {k: (np.asarray(i, np.int64), np.asarray(f, np.int64))
-                      for k, (i, f) in dyn.items()}
+        dyn_arrays = {k: (np.asarray(i, np.int64), np.asarray(f, np.int64),
+                          np.asarray(b, np.int64)) for k, (i, f, b) in dyn.items()}
         return StepProgram(prog, block, dyn_arrays, keep, [s for s, _, _, _ in self.ops],
                            [base + 8 * off for off in offsets])
 
@@ -113,16 +123,17 @@ class StepProgram:
         self.arg_addrs = arg_addrs or []      # address of each op's argument block
         self._last = None
 
-    def set(self, n: int, m: int) -> None:
-        """Write this step's n / m into every argument word that depends on them (skipped when
-        they did not change since the last step)."""
-        if (n, m) == self._last:
+    def set(self, n: int, m: int, d: int = 0) -> None:
+        """Write this step's n tokens, m logits rows and d decode rows (p = n - d prompt rows)
+        into every argument word that depends on them (skipped when they did not change since
+        the last step)."""
+        if (n, m, d) == self._last:
             return
-        self._last = (n, m)
-        for name, v in (("n", n), ("m", m)):
+        self._last = (n, m, d)
+        for name, v in (("n", n), ("m", m), ("d", d), ("p", n - d)):
             if name in self.dyn:
-                idx, factor = self.dyn[name]
-                self.block[idx] = factor * v
+                idx, factor, base = self.dyn[name]
+                self.block[idx] = base + factor * v
 
     def __len__(self) -> int:
         return len(self.program)

@@ -178,11 +178,12 @@ class Planner:
                 continue                        # preempted by an older one this step
             n = 1 if seq.remaining == 1 else self._chunk(seq.remaining, budget, chunks)
             if n and (n := self._grow(seq, n, preempted)):
-                if seq.remaining == 1:
+                if seq.remaining == 1 and seq.n_computed >= seq.n_prompt:
                     decode.append((seq, n))
-                else:
-                    chunks.append((seq, n))
-                    budget -= n
+                else:       # a prompt's last token (alone: a prefix hit or a chunk left it) is
+                    chunks.append((seq, n))         # a prompt row, on the prompt kernel
+                    if seq.remaining > 1:           # (it was counted with the decode tokens)
+                        budget -= n
         admitted = self._admit(budget, chunks) if budget else []
         if not (decode or chunks or self.running) and self.waiting:
             seq = self.waiting[0]               # alone, it still does not fit: a caller's bug

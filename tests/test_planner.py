@@ -221,6 +221,27 @@ def test_prefix_hit_skips_the_cached_blocks():
     assert a.gen.output_ids == expected(shared + [5, 6, 7], 5)
 
 
+def test_a_prompts_last_token_alone_is_a_prompt_row():
+    """A prompt chunk cut by the token budget one token short of the prompt's end: that last
+    token, computed next step beside a decoding sequence, is a prompt row (after the decode
+    rows, outside Batch.n_decode), so the engine runs it on the prompt attention kernel as it
+    would inside a longer chunk; a token's bits then do not depend on where a chunk ended.
+    Catches a planner that takes every one-token remainder for a decode token."""
+    p, eng = make(token_budget=8, prefill_chunk=64)
+    rng = np.random.default_rng(5)
+    dec = request(p, prompt(rng, 3), max_tokens=20)[0]
+    while dec.remaining > 1:
+        run_step(p, eng)
+    b = request(p, prompt(rng, 8), max_tokens=3)[0]
+    plan = run_step(p, eng)
+    assert [(w.seq, w.n) for w in plan.work] == [(dec, 1), (b, 7)]
+    plan = run_step(p, eng)
+    assert [(w.seq, w.start, w.n) for w in plan.work] == [(dec, dec.n_computed - 1, 1), (b, 7, 1)]
+    assert plan.batch.n_decode == 1 and plan.n_decode == 1
+    run_all(p, eng)
+    assert b.gen.output_ids == expected(b.tokens[:8], 3)
+
+
 def test_whole_prompt_cached_recomputes_its_last_block():
     """Every block cached: the last one is recomputed (its logits are needed), into a private
     block, never into the shared one."""

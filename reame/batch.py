@@ -48,9 +48,7 @@ class Batch:
     @classmethod
     def decode(cls, tokens, positions, seq_ids) -> "Batch":
         """One token per sequence, each at its own position; logits for all of them."""
-        b = cls.build(tokens, positions, seq_ids)
-        b.n_decode = len(b)
-        return b
+        return cls.build(tokens, positions, seq_ids, n_decode=np.size(tokens))
 
     def __len__(self) -> int:
         return len(self.tokens)

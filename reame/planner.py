@@ -180,7 +180,7 @@ class Planner:
             if n and (n := self._grow(seq, n, preempted)):
                 if seq.remaining == 1 and seq.n_computed >= seq.n_prompt:
                     decode.append((seq, n))
-                else:       # a prompt's last token (alone: a prefix hit or a chunk left it) is
+                else:       # a prompt's last token left alone by a chunk the budget cut is
                     chunks.append((seq, n))         # a prompt row, on the prompt kernel
                     if seq.remaining > 1:           # (it was counted with the decode tokens)
                         budget -= n

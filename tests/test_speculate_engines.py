@@ -216,22 +216,29 @@ def test_a_grammar_constrains_every_verified_position(stories_model, tok, storie
             assert re.fullmatch(r"( [a-z]+){4,12}\. [A-Z][a-z]+", text), text
 
 
-def test_a_tokens_logits_do_not_depend_on_the_step_size():
-    """JIT engine, SmolLM2-135M (Q4_1 weights, Q8_0 head: matmul_q8 products) on an AVX-512
-    VNNI CPU: the logits of a token decoded alone equal, bit for bit, its row in a 5-token and
-    a 12-token step over the same cache, past the 32 positions where 8-bit roundings began to
-    differ. This is what makes a verify step's greedy tokens plain decoding's. Catches a decode
-    program on other arithmetic than the batched ones (the 1-row VNNI tiles: ~0.1-0.3 rms)."""
+def smollm2_jit(**kw):
+    """SmolLM2-135M (Q4_1 weights, Q8_0 head: matmul_q8 products) on the JIT engine, for the
+    tests of a token's bits across steps; skipped without AVX-512 VNNI, where decode and
+    batched steps use different tiles (the row-panel family needs it)."""
     from conftest import shared_path
 
-    from reame.batch import Batch
     from reame.codegen.isa import detect
     from reame.model import load_model
     if not detect().has("avx512_vnni"):
         pytest.skip("the row-panel family needs AVX-512 VNNI (elsewhere decode and batched "
                     "steps use different tiles)")
     model = load_model(shared_path("models/SmolLM2-135M-Instruct.Q4_1.gguf"))
-    eng = create_engine(model, "jit", n_ctx=256, max_seqs=3, threads=2)
+    return model, create_engine(model, "jit", n_ctx=256, threads=2, **kw)
+
+
+def test_a_tokens_logits_do_not_depend_on_the_step_size():
+    """JIT engine, SmolLM2-135M (Q4_1 weights, Q8_0 head: matmul_q8 products) on an AVX-512
+    VNNI CPU: the logits of a token decoded alone equal, bit for bit, its row in a 5-token and
+    a 12-token step over the same cache, past the 32 positions where 8-bit roundings began to
+    differ. This is what makes a verify step's greedy tokens plain decoding's. Catches a decode
+    program on other arithmetic than the batched ones (the 1-row VNNI tiles: ~0.1-0.3 rms)."""
+    from reame.batch import Batch
+    model, eng = smollm2_jit(max_seqs=3)
     try:
         prompt = list(range(1000, 1060))
         for slot in range(3):                   # the same cache in 3 slots, token by token
@@ -255,16 +262,8 @@ def test_invariant_attention_keeps_a_tokens_logits_in_a_prompt_sized_step(attn_t
     attention (attn_prefill's blocked kernel) they differ: the case this test builds is one
     where the attention kernel matters. Catches an invariant mode that still runs attn_prefill
     in prompt programs."""
-    from conftest import shared_path
-
     from reame.batch import Batch
-    from reame.codegen.isa import detect
-    from reame.model import load_model
-    if not detect().has("avx512_vnni"):
-        pytest.skip("the row-panel family needs AVX-512 VNNI (elsewhere decode and batched "
-                    "steps use different tiles)")
-    model = load_model(shared_path("models/SmolLM2-135M-Instruct.Q4_1.gguf"))
-    eng = create_engine(model, "jit", n_ctx=256, max_seqs=2, threads=2, attn_type=attn_type)
+    model, eng = smollm2_jit(max_seqs=2, attn_type=attn_type)
     try:
         prompt = list(range(1000, 1060))
         for slot in range(2):                   # the same cache in 2 slots, token by token
@@ -292,16 +291,8 @@ def test_a_tokens_attention_is_one_arithmetic_whatever_shares_its_step():
     kernel (the chunked prompt's logits differ by ~0.5), a prompt program that runs decode
     rows on the prompt kernel (the mixed step's row differs), and a lone prompt row left in
     the one-token program, which has no prompt-row attention."""
-    from conftest import shared_path
-
     from reame.batch import Batch
-    from reame.codegen.isa import detect
-    from reame.model import load_model
-    if not detect().has("avx512_vnni"):
-        pytest.skip("the row-panel family needs AVX-512 VNNI (elsewhere decode and batched "
-                    "steps use different tiles)")
-    model = load_model(shared_path("models/SmolLM2-135M-Instruct.Q4_1.gguf"))
-    eng = create_engine(model, "jit", n_ctx=256, max_seqs=4, threads=2)
+    model, eng = smollm2_jit(max_seqs=4)
     try:
         assert eng.split_attention
         prompt = [int(t) for t in np.random.default_rng(3).integers(100, 20000, 60)]

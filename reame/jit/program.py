@@ -38,7 +38,6 @@ class Dyn:
 
 
 N, M, D, P = Dyn("n"), Dyn("m"), Dyn("d"), Dyn("p")
-STEP_WORDS = ("n", "m", "d", "p")
 
 # ops worth cutting into several slices per thread (claimed dynamically, which evens out threads
 # that run at different speeds); the element-wise ops get one slice per thread

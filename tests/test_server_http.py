@@ -75,11 +75,11 @@ def test_reader_walks_chunked_bodies_and_trailers():
 
 def test_reader_refuses_over_limits_without_waiting():
     r = reader(max_body=100)
-    assert r.feed(b"POST /x HTTP/1.1\r\nContent-Length: 101\r\n\r\n") == \
+    assert r.feed(b"POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: 101\r\n\r\n") == \
         (413, "The request body is larger than 100 bytes.")
     r = reader(max_body=100)           # a chunk announcing more than the limit: refused at once
-    v = r.feed(b"POST /x HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n40\r\n" + b"x" * 64
-               + b"\r\n41\r\n")
+    v = r.feed(b"POST /x HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n40\r\n"
+               + b"x" * 64 + b"\r\n41\r\n")
     assert v[0] == 413
     r = reader(max_line=100)
     assert r.feed(b"GET /" + b"a" * 200)[0] == 414          # no CRLF yet, already too long
@@ -99,10 +99,39 @@ def test_reader_hands_malformed_heads_to_gunicorn_at_once():
                  b"POST / HTTP/1.1\r\nContent-Length: x\r\n\r\n",
                  b"POST / HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n",
                  b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n",
-                 b"POST / HTTP/1.1\r\nExpect: something\r\nContent-Length: 3\r\n\r\n",
-                 b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
-                 b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabcXX"):
+                 b"POST / HTTP/1.1\r\nExpect: something\r\nContent-Length: 3\r\n\r\n"):
         assert reader().feed(data) == "ready", data
+
+
+CHUNKED = b"POST /tokenize HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+
+
+def test_reader_answers_malformed_chunked_bodies_itself():
+    """Issue 29, item 1: a body the reader found malformed was handed to gunicorn ("ready"),
+    whose parser then waited for more bytes in a thread (NoMoreData, a 500, once the client
+    left): the reader answers 400 at once instead. Leading zeros in a chunk size are legal
+    (the issue's `0000000000000000010` is 16 bytes): the request is not whole until they come.
+    Catches: a reader that returns "ready" for a malformed chunk again, or that bounds the
+    size line by digits (refusing leading zeros) instead of by its length."""
+    for body in (b"zz\r\n", b"3\r\nabcXX", b"1" * 5000, b"-1\r\n"):
+        v = reader().feed(CHUNKED + body)
+        assert isinstance(v, tuple) and v[0] == 400, (body[:20], v)
+    r = reader(max_body=100)
+    assert r.feed(CHUNKED + b"0000000000000000010\r\nabc") is None          # 13 bytes to come
+    assert r.feed(b"d" * 13 + b"\r\n0\r\n\r\n") == "ready"
+    assert reader().feed(CHUNKED + b"2" * 20 + b"\r\n")[0] == 413           # not a hex error
+
+
+def test_reader_refuses_tls_and_a_missing_host_at_once():
+    """Issue 29, item 11: TLS bytes on the plain port waited 10 s for a 408, and an HTTP/1.1
+    request without Host was served. Catches: a reader that waits for a CRLF before looking at
+    the first byte; a Host check that also refuses HTTP/1.0 (where Host is optional)."""
+    hello = bytes.fromhex("16030100c4010000c00303") + bytes(32)
+    assert reader().feed(hello)[0] == 400
+    assert reader().feed(b"GET /health HTTP/1.1\r\n\r\n")[0] == 400
+    assert reader().feed(b"GET /health HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n")[0] == 400
+    assert reader().feed(b"GET /health HTTP/1.0\r\n\r\n") == "ready"
+    assert reader().feed(b"\r\nGET /health HTTP/1.1\r\nHost: x\r\n\r\n") == "ready"
 
 
 def test_reader_takes_over_expect_100_continue():
@@ -503,6 +532,44 @@ def test_stream_counted_when_it_ends_499_if_cut(app):
     assert requests_total(app, ep, 200) == ok0 + 1 and requests_total(app, ep, 499) == cut0 + 1
 
 
+def test_a_stream_the_client_did_not_take_whole_counts_499(app):
+    """Issue 29, item 9: a stream written whole into the kernel's buffers after its client
+    left was counted 200 (4 of 24 cut streams under load), in /metrics and the access log.
+    The outcome is 200 only once the client acknowledged every byte (the worker's socket
+    says so through gunicorn.socket); the access line gives the stream's outcome. Catches a
+    stream counted by what was written, and an access log that prints the header status."""
+    from reame.server.worker import logged_status
+
+    class Socket:                       # gunicorn.socket as the worker gives it
+        def __init__(self, took_all):
+            self.took_all = took_all
+
+        def delivered(self):
+            return self.took_all
+
+        def recv(self, *a):             # for the client_connected probe: still there
+            raise BlockingIOError
+
+        def fileno(self):
+            return 0
+
+    ep = "/v1/completions"
+    body = json.dumps({"model": MODEL, "prompt": "Once upon a time", "stream": True,
+                       "max_tokens": 3, "ignore_eos": True}).encode()
+    for took_all, want in ((False, 499), (True, 200)):
+        before = requests_total(app, ep, want)
+        env = testing.create_environ(method="POST", path=ep, body=body,
+                                     headers={"Content-Type": "application/json"})
+        env["gunicorn.socket"] = Socket(took_all)
+        it = app(env, lambda status, headers, exc_info=None: None)
+        assert b"".join(it).endswith(b"data: [DONE]\n\n")      # written whole either way
+
+        logged = logged_status("200 OK", env)
+        assert logged == ("200 OK" if want == 200 else "499 Client Closed Request")
+        it.close()
+        assert requests_total(app, ep, want) == before + 1
+
+
 def test_cors_preflight_with_api_key_and_the_answers(stories_model):
     app = create_app(new_engine(stories_model),
                      ServerConfig(model=stories_model.path, api_key="sk-k",
@@ -602,7 +669,7 @@ def strict(stories_path, tmp_path_factory):
     """Short timeouts, a 4 KiB body limit, an API key, mean pooling."""
     s = ReameServer(stories_path, "--max-seqs", "2", "--http-threads", "8", "--ctx-size",
                     LONG_CTX, "--header-timeout", "1", "--body-timeout", "1", "--send-timeout",
-                    "1", "--send-buffer", "8192", "--api-key", "sk-strict", "--cors-origins",
+                    "1", "--api-key", "sk-strict", "--cors-origins",
                     ORIGIN, "--pooling", "mean", "--attn-type", "f32",
                     env={"REAME_MAX_BODY_BYTES": "4096"},
                     log_dir=tmp_path_factory.mktemp("strict"))
@@ -908,6 +975,36 @@ def test_chunked_request_bodies(server, strict):
         s.close()
 
 
+def test_unfinished_chunked_uploads_hold_no_thread(strict):
+    """Issue 29, item 1: connections sending `POST /tokenize` chunked with a first chunk
+    `0000000000000000010` + "abc" and then idling held one HTTP thread each (the reader
+    called the size line malformed and handed the request to gunicorn, which read on): 340 of
+    them made /health take 58 s, and each ended as a 500. Now they wait in the event loop and
+    end as 408 (the strict server's 1 s body timeout); a size line of 6 KB without CRLF is a
+    400 at once. 24 connections against the strict server's 8 HTTP threads. Catches the
+    reader's old "ready" for a long size line or for leading zeros."""
+    auth = b"Authorization: Bearer sk-strict\r\n"
+    idle = []
+    try:
+        for _ in range(24):
+            s = connect(strict)
+            s.sendall(CHUNKED.replace(b"\r\n\r\n", b"\r\n" + auth + b"\r\n", 1)
+                      + b"0000000000000000010\r\nabc")
+            idle.append(s)
+        ok, took = timed(lambda: health_ok(strict, timeout=5))
+        assert ok is True and took < 2, (ok, took)
+        for s in idle:
+            json_error(*read_response(s), 408, "request_timeout")
+        s = connect(strict)
+        s.sendall(CHUNKED + b"1" * 6000)
+        json_error(*read_response(s, 2), 400)
+        s.close()
+    finally:
+        for s in idle:
+            s.close()
+    assert "Traceback" not in strict.log_path.read_text(errors="replace")
+
+
 def test_pipelined_requests(server):
     """Requests sent back to back in one write are answered in order (the second is read from
     what the first one's reading left over, then handed to a thread like any other)."""
@@ -1001,12 +1098,15 @@ def test_cut_streams_count_as_499(server):
 
 def test_a_client_that_reads_nothing_is_disconnected(strict):
     """--send-timeout 1: a stream whose client stops reading frees its thread and its sequence;
-    the request counts as 499. --send-buffer 8192 bounds what the kernel holds for it."""
+    the request counts as 499. Issue 29, item 4: with the OS's buffers as they are (no
+    --send-buffer, a client socket as it comes), the stream ran to its end into the kernel's
+    send buffer, which Linux grows to megabytes, and the timeout never fired. Catches a worker
+    that relies on the socket timeout alone, or that counts bytes written instead of bytes the
+    client acknowledged."""
     key = 'reame_requests_total{endpoint="/v1/completions",status="499"}'
     auth = {"Authorization": "Bearer sk-strict"}
     before = strict.metrics(auth)
     s = socket.socket()
-    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     s.connect(("127.0.0.1", strict.port))
     body = json.dumps({"model": MODEL, "prompt": "Once upon a time", "max_tokens": 8000,
                        "stream": True, "ignore_eos": True, "logprobs": 20}).encode()  # big chunks
@@ -1022,11 +1122,64 @@ def test_a_client_that_reads_nothing_is_disconnected(strict):
         assert m["reame_running_requests"] == 0
         generated = (m["reame_generation_tokens_total"]
                      - before.get("reame_generation_tokens_total", 0))
-        # cancelled, not finished; and early: --send-buffer 8192 lets ~20 tokens' chunks
-        # wait in the kernel here, the OS's autotuned default ~2,300 (a buffer not set)
-        assert generated < 400
+        # cancelled, not finished, and early: the client's receive buffer takes ~100 chunks,
+        # then 1 s without an acknowledgement (~1,300 here); the server's send buffer took ~2,300
+        # chunks before the socket timeout could fire
+        assert generated < 2000, generated
     finally:
         s.close()
+
+
+def guarded_pair(guard):
+    from reame.server.worker import GuardedSocket
+    listener = socket.create_server(("127.0.0.1", 0))
+    client = socket.create_connection(listener.getsockname())
+    server_side, _ = listener.accept()
+    listener.close()
+    sock = GuardedSocket.adopt(server_side)
+    sock.settimeout(30)
+    sock.guard = guard
+    return sock, client
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="the guard reads Linux's TCP_INFO")
+def test_guarded_socket_cuts_a_client_that_takes_nothing():
+    """Issue 29, item 4 at the socket: writes to a client that reads nothing stop, with
+    TimeoutError, once it has acknowledged nothing for `guard` seconds, whatever the kernel
+    would still buffer; the server parks at most UNACKED_CAP bytes meanwhile. A client that
+    reads is never cut. Catches a guard that times from the first write (cutting slow
+    readers) or that trusts sendall to block (Linux buffers megabytes)."""
+    from reame.server.worker import UNACKED_CAP
+    sock, client = guarded_pair(0.3)
+    sent, t0 = 0, time.monotonic()
+    try:
+        with pytest.raises(TimeoutError):
+            while sent < 64 * UNACKED_CAP:
+                sock.sendall(b"x" * 16384)
+                sent += 16384
+        assert sent < UNACKED_CAP + (8 << 20)      # the client's buffer + the server's cap
+        assert time.monotonic() - t0 < 20
+        assert not sock.delivered()                # bytes still owed: not taken whole
+    finally:
+        sock.close(), client.close()
+    sock, client = guarded_pair(0.3)               # a client reading slowly, in bursts
+    total = 4 * UNACKED_CAP
+
+    def read_slowly():
+        got = 0
+        while got < total:
+            got += len(client.recv(1 << 20))
+            time.sleep(0.2)                        # the whole takes longer than the guard
+
+    reader = threading.Thread(target=read_slowly, daemon=True)
+    try:
+        reader.start()
+        for _ in range(total // 65536):
+            sock.sendall(b"y" * 65536)
+        assert sock.delivered()
+        reader.join(10)
+    finally:
+        sock.close(), client.close()
 
 
 def test_tokenize_and_detokenize_over_http(server):

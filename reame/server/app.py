@@ -12,6 +12,7 @@ import logging
 import time
 
 import falcon
+from gunicorn.http.errors import ParseException
 
 from .config import ServerConfig
 from .messages_api import Messages
@@ -264,10 +265,16 @@ def _read_body(req: falcon.Request, limit: int) -> bytes:
     if n is not None and n > limit:
         raise APIError(413, f"The request body is larger than {limit} bytes.",
                        "invalid_request_error", None, "request_too_large")
-    if n is None and "chunked" in (req.get_header("Transfer-Encoding") or "").lower():
-        data = req.stream.read(limit + 1)
-    else:
-        data = req.bounded_stream.read(limit + 1)
+    try:
+        if n is None and "chunked" in (req.get_header("Transfer-Encoding") or "").lower():
+            data = req.stream.read(limit + 1)
+        else:
+            data = req.bounded_stream.read(limit + 1)
+    except (ValueError, OSError, ParseException) as e:
+        # a body cut short or mis-framed (gunicorn's NoMoreData, ChunkMissingTerminator...);
+        # Reame's worker reads bodies whole first, so this comes from another worker class
+        raise APIError(400, f"The request body could not be read ({type(e).__name__}).",
+                       "invalid_request_error", None, None) from None
     if len(data) > limit:
         raise APIError(413, f"The request body is larger than {limit} bytes.",
                        "invalid_request_error", None, "request_too_large")

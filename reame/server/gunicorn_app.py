@@ -20,6 +20,7 @@ from gunicorn.app.base import BaseApplication
 from .config import ServerConfig
 
 WORKER_CLASS = "reame.server.worker.ReameWorker"
+LOGGER_CLASS = "reame.server.worker.AccessLogger"
 LOG_FORMAT = "[%(asctime)s] [%(process)d] [%(levelname)s] %(name)s: %(message)s"
 
 
@@ -37,6 +38,7 @@ def gunicorn_options(config: ServerConfig, host: str = "127.0.0.1", port: int = 
         "bind": [bind],
         "workers": workers,
         "worker_class": WORKER_CLASS,    # gthread that reads each request before a thread takes it
+        "logger_class": LOGGER_CLASS,    # access lines give a cut stream's 499
         "threads": http_threads or default_http_threads(config),
         "worker_connections": config.max_connections,
         "timeout": 120,                  # worker heartbeat, not a request limit (gthread)

@@ -8,12 +8,13 @@ or with REAME_BIND, REAME_WORKERS and REAME_HTTP_THREADS.
 import os
 
 from reame.server.config import ServerConfig
-from reame.server.gunicorn_app import WORKER_CLASS, default_http_threads
+from reame.server.gunicorn_app import LOGGER_CLASS, WORKER_CLASS, default_http_threads
 
 bind = os.environ.get("REAME_BIND", "127.0.0.1:8000")
 workers = int(os.environ.get("REAME_WORKERS", "1"))
 _config = ServerConfig.from_env()
 worker_class = WORKER_CLASS      # gthread reading each request whole before a thread takes it
+logger_class = LOGGER_CLASS      # access lines give a cut stream's 499
 threads = int(os.environ.get("REAME_HTTP_THREADS") or default_http_threads(_config))
 worker_connections = _config.max_connections
 timeout = 120

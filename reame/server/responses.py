@@ -121,6 +121,8 @@ class Job:
         self.first_token_seen = False
         self.recorded = False
         self.stream_status = 499        # a stream's outcome: 499 until its last byte is taken
+        self.streaming = False          # answered as a stream (see answer)
+        self.delivered: Callable[[], bool] | None = None   # did the client take every byte?
         if self.chat and plan is not None and (plan.think or plan.tool_format is not None):
             from .chat_output import ChatOutput
             for ch in self.choices:
@@ -420,7 +422,15 @@ class ClosingStream:
         return self
 
     def __next__(self) -> bytes:
-        return next(self._it)
+        try:
+            return next(self._it)
+        except StopIteration:
+            # written whole; but bytes the kernel accepted may never reach a client that left:
+            # 200 only once the client acknowledged them all (the worker's GuardedSocket)
+            job = self.job
+            if job.stream_status == 200 and job.delivered is not None and not job.delivered():
+                job.stream_status = 499
+            raise
 
     def close(self) -> None:
         try:
@@ -437,9 +447,12 @@ class ClosingStream:
 def start_job(req, service, r: GenerationRequest, prompts: list[list[int]], metrics,
               endpoint: str) -> Job:
     """The Job generating a request: timed from its arrival, cancelled once its client left."""
-    return Job(service, r, prompts, metrics, endpoint,
-               getattr(req.context, "t_arrival", time.monotonic()),
-               connected=client_connected(req.env))
+    job = Job(service, r, prompts, metrics, endpoint,
+              getattr(req.context, "t_arrival", time.monotonic()),
+              connected=client_connected(req.env))
+    job.delivered = getattr(req.env.get("gunicorn.socket"), "delivered", None)
+    req.env["reame.job"] = job          # the access log reads a stream's outcome from it
+    return job
 
 
 def answer(resp, job: Job, stream: bool, body: Callable[[], Iterator[bytes]] | None = None,
@@ -457,6 +470,7 @@ def answer(resp, job: Job, stream: bool, body: Callable[[], Iterator[bytes]] | N
         resp.set_header("Cache-Control", "no-cache")
         resp.set_header("X-Accel-Buffering", "no")       # nginx: do not buffer this response
         resp.stream = ClosingStream(job, None if body is None else body())
+        job.streaming = True
     else:
         resp.media = (job.result if result is None else result)()
 

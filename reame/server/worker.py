@@ -36,15 +36,19 @@ this worker reads requests as gthread does.
 from __future__ import annotations
 
 import errno
+import fcntl
 import json
 import os
 import re
 import resource
 import selectors
 import socket
+import struct
+import sys
 import time
 from functools import partial
 
+from gunicorn import glogging
 from gunicorn.http import errors as gerrors
 from gunicorn.workers.gthread import ThreadWorker, TConn
 
@@ -59,6 +63,7 @@ FD_RESERVE = 64                # file descriptors kept for the model, logs, pipe
 MAX_CHUNK_LINE = 4096          # a chunk-size line longer than this is malformed
 
 _HEX = re.compile(rb"[0-9A-Fa-f]+")
+_TCHAR = frozenset(b"!#$%&'*+-.^_`|~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
 
 
 # ---- deciding when a request is whole ----
@@ -100,6 +105,10 @@ class RequestReader:
     def _head(self):
         buf = self.buf
         start = 2 if buf[:2] == b"\r\n" else 0          # one empty line may precede (RFC 9112)
+        if len(buf) > start and buf[start] not in _TCHAR and buf[start] not in b"\r\n":
+            # not a method: a TLS handshake (0x16) or other bytes on the plain port
+            return 400, ("The request does not start with an HTTP method (this port speaks "
+                         "plain HTTP/1.1, not TLS).")
         end = buf.find(b"\r\n\r\n", max(start, self._scanned - 3))
         if end < 0 and buf[start:start + 2] == b"\r\n":
             end = start - 2                             # nothing but empty lines: gunicorn's call
@@ -122,9 +131,9 @@ class RequestReader:
         if end < start:
             return "ready"
         self.head_end = end + 4
-        lengths, codings, expect = [], [], None
+        lengths, codings, expect, hosts = [], [], None, 0
         offset = line_end + 2
-        for line in bytes(buf[line_end + 2:end]).split(b"\r\n"):
+        for line in bytes(buf[line_end + 2:end]).split(b"\r\n") if end > line_end else ():
             name, sep, value = line.partition(b":")
             n = name.lower()
             if not sep or n != n.strip():
@@ -133,19 +142,24 @@ class RequestReader:
                 lengths.append(value.strip())
             elif n == b"transfer-encoding":
                 codings += [c.strip().lower() for c in value.split(b",")]
+            elif n == b"host":
+                hosts += 1
             elif n == b"expect":
                 if value.strip().lower() != b"100-continue":
                     return "ready"                      # gunicorn answers 417
                 expect = (offset, offset + len(line) + 2)
             offset += len(line) + 2
+        if codings and (lengths or codings[-1] != b"chunked" or codings.count(b"chunked") != 1):
+            return "ready"                              # gunicorn refuses the framing
+        if lengths and (codings or len(lengths) != 1 or not lengths[0].isdigit()):
+            return "ready"                              # gunicorn answers 400
+        if hosts != 1 and bytes(buf[start:line_end]).endswith(b"HTTP/1.1"):
+            return 400, ("An HTTP/1.1 request must carry exactly one Host header field "
+                         f"(it has {hosts}).")
         if codings:
-            if lengths or codings[-1] != b"chunked" or codings.count(b"chunked") != 1:
-                return "ready"                          # gunicorn refuses the framing
             self.chunked = True
             self.pos = self.head_end
         elif lengths:
-            if len(lengths) != 1 or not lengths[0].isdigit():
-                return "ready"                          # gunicorn answers 400
             self.length = int(lengths[0])
             if self.length > self.max_body:
                 return 413, self._too_large()
@@ -165,15 +179,16 @@ class RequestReader:
         if self.length is not None:
             return "ready" if len(buf) - self.head_end >= self.length else None
         while True:                                     # chunked: walk the whole chunks
-            j = buf.find(b"\r\n", self.pos)
+            j = buf.find(b"\r\n", self.pos, self.pos + MAX_CHUNK_LINE + 2)
             if j < 0:
                 if len(buf) - self.pos > MAX_CHUNK_LINE:
-                    return "ready"                      # gunicorn answers 400
+                    return 400, (f"A chunk-size line of the request body is longer than "
+                                 f"{MAX_CHUNK_LINE} bytes.")
                 return None
             size = bytes(buf[self.pos:j]).split(b";", 1)[0].strip(b" \t")
-            if not _HEX.fullmatch(size) or len(size) > 16:
-                return "ready"
-            size = int(size, 16)
+            if not _HEX.fullmatch(size):
+                return 400, "A chunk size of the request body is not a hexadecimal number."
+            size = int(size, 16)                        # leading zeros are allowed (RFC 9112)
             data = j + 2
             if size == 0:                               # last chunk, trailers, blank line
                 if len(buf) < data + 2:
@@ -190,7 +205,7 @@ class RequestReader:
             if len(buf) < data + size + 2:
                 return None
             if buf[data + size:data + size + 2] != b"\r\n":
-                return "ready"                          # gunicorn answers 400
+                return 400, "A chunk of the request body is longer than its size says."
             self.body += size
             self.pos = data + size + 2
 
@@ -252,6 +267,97 @@ def parse_error_status(exc: BaseException) -> tuple[int, str]:
                 return status, f"{text}: {exc}"
         return 400, f"Invalid HTTP request: {exc}"
     return 500, f"Internal server error ({type(exc).__name__})."
+
+
+# ---- what the client has taken of an answer ----
+
+_OUTQ = getattr(__import__("termios"), "TIOCOUTQ", None) if sys.platform == "linux" else None
+_ACKED_AT = 120                # struct tcp_info (linux/tcp.h): tcpi_bytes_acked, a u64
+_TCP_ESTABLISHED, _TCP_CLOSE_WAIT = 1, 8
+UNACKED_CAP = 1 << 20          # bytes of an answer written and not yet acknowledged, at most
+POLL = (0.005, 0.1)            # seconds between looks at a stalled client: first, at most
+
+
+class GuardedSocket(socket.socket):
+    """A connection's socket whose `sendall` watches what the client's TCP acknowledges.
+
+    gunicorn writes answers with `sendall`; a socket timeout fires only once the kernel's send
+    buffer is full, and Linux grows that buffer to megabytes (tcp_wmem), so a stream whose
+    client reads nothing used to run to its end into buffers. Here (Linux; elsewhere plain
+    `sendall`), with `guard` set to the send timeout:
+
+    - a write finding bytes outstanding (written, not acknowledged) and no acknowledgement for
+      `guard` seconds raises TimeoutError: the client has taken nothing for that long, whatever
+      the buffers would still hold (its own receive buffer fills first: ~100 KiB on Linux for a
+      client that never reads, since receive buffers grow only as the application reads);
+    - a write waits while UNACKED_CAP bytes are outstanding, under the same rule, so one answer
+      never parks more than that in the server's kernel.
+
+    `delivered()` says, once an answer is written, whether the client took it all.
+    """
+
+    guard = 0.0
+
+    @classmethod
+    def adopt(cls, sock: socket.socket) -> "socket.socket":
+        if _OUTQ is None or sock.family not in (socket.AF_INET, socket.AF_INET6):
+            return sock
+        timeout = sock.gettimeout()
+        s = cls(sock.family, sock.type, sock.proto, fileno=sock.detach())
+        s.settimeout(timeout)
+        s._acked, s._since = -1, 0.0
+        return s
+
+    def _look(self) -> tuple[int, int, int]:
+        """(TCP state, bytes outstanding, bytes acknowledged so far)."""
+        info = self.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, _ACKED_AT + 8)
+        queued = struct.unpack("i", fcntl.ioctl(self.fileno(), _OUTQ, b"\0\0\0\0"))[0]
+        return info[0], queued, struct.unpack_from("Q", info, _ACKED_AT)[0]
+
+    def _stalled(self, queued: int, acked: int) -> bool:
+        """Whether the client has acknowledged nothing for `guard` seconds with bytes owed."""
+        now = time.monotonic()
+        if queued == 0 or acked != self._acked:
+            self._acked, self._since = acked, now
+            return False
+        return now - self._since > self.guard
+
+    def sendall(self, data, flags=0):
+        if not self.guard:
+            return super().sendall(data, flags)
+        view = memoryview(data).cast("B")
+        pause = POLL[0]
+        while True:
+            _, queued, acked = self._look()
+            if self._stalled(queued, acked):
+                raise TimeoutError(f"the client acknowledged nothing for {self.guard:g} s")
+            room = UNACKED_CAP - queued
+            if room > 0:
+                n = self.send(view[:room], flags)
+                view = view[n:]
+                if not view:
+                    return None
+                pause = POLL[0]
+                continue
+            time.sleep(pause)
+            pause = min(2 * pause, POLL[1])
+
+    def delivered(self) -> bool:
+        """After the last write: wait (under the same rule) until the client has acknowledged
+        every byte; False if it reset the connection or stalled, i.e. it left before the end."""
+        pause = POLL[0]
+        while True:
+            state, queued, acked = self._look()
+            if state not in (_TCP_ESTABLISHED, _TCP_CLOSE_WAIT):
+                return False
+            if queued == 0:
+                return True
+            if not self.guard:
+                return True                 # no send timeout: nothing to judge by
+            if self._stalled(queued, acked):
+                return False
+            time.sleep(pause)
+            pause = min(2 * pause, POLL[1])
 
 
 # ---- the worker ----
@@ -327,6 +433,7 @@ class ReameWorker(ThreadWorker):
             return
         if self.send_buffer:                            # once per connection
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self.send_buffer)
+        sock = GuardedSocket.adopt(sock)
         self.nr_conns += 1
         conn = ReameConn(self.cfg, sock, addr, listener.getsockname())
         conn.worker = self
@@ -481,6 +588,7 @@ class ReameWorker(ThreadWorker):
     def handle_request(self, req, conn):
         if self.send_timeout:
             conn.sock.settimeout(self.send_timeout)
+            conn.sock.guard = self.send_timeout
         try:
             return super().handle_request(req, conn)
         except TimeoutError:
@@ -492,7 +600,7 @@ class ReameWorker(ThreadWorker):
         """gunicorn's errors as the OpenAI error body (JSON), not gunicorn's HTML page."""
         status, message = parse_error_status(exc)
         peer = (addr or ("",))[0]
-        if status < 500:
+        if status < 500 or status == 501:            # the client's request, not a fault here
             self.log.warning("Invalid request from ip=%s: %s", peer, exc)
         else:
             self.log.exception("Error handling request")
@@ -500,6 +608,31 @@ class ReameWorker(ThreadWorker):
             _send_now(client, http_error(status, message, path=getattr(req, "path", "") or ""))
         except Exception:
             self.log.debug("Failed to send error message.")
+
+
+# ---- the access log ----
+
+class AccessLogger(glogging.Logger):
+    """gunicorn's logger, whose access line gives a stream's outcome rather than the status
+    its headers went out with: 499 (nginx's word for a client that went away) for a stream
+    cut before its end, as /metrics counts it. gunicorn writes the line after the response's
+    last byte, so the outcome is known by then."""
+
+    def access(self, resp, req, environ, request_time):
+        if resp is not None:
+            resp.status = logged_status(getattr(resp, "status", None), environ)
+        super().access(resp, req, environ, request_time)
+
+
+def logged_status(status, environ):
+    """The status an access line gives: a stream's outcome (see responses.ClosingStream) for a
+    stream that went out as 200, else the status its headers had."""
+    job = environ.get("reame.job") if environ else None
+    if (job is None or not job.streaming or job.stream_status == 200
+            or not (isinstance(status, str) and status.startswith("200"))):
+        return status
+    return ("499 Client Closed Request" if job.stream_status == 499 else
+            f"{job.stream_status} Stream Failed")
 
 
 # ---- helpers ----

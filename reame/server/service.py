@@ -107,6 +107,7 @@ class ModelService:
         self.scheduler = Scheduler(engine, params, salt=model_identity(engine),
                                    adaptive=self.adaptive, speculator=self.speculator)
         self.n_embd = getattr(getattr(engine, "config", None), "n_embd", 0)
+        self.warmer = None                          # computes saved hot prefixes (start)
         self.pooling, self.pooling_error = embedding_pooling(engine, config)
 
     def start(self) -> "ModelService":
@@ -132,11 +133,15 @@ class ModelService:
         # the sampling kernel for the logits rows, so the first temperature request waits for none
         prepare(getattr(getattr(self.engine, "config", None), "n_vocab", None) or self.n_vocab)
         self.scheduler.start()
-        if a is not None:
-            a.warm(self.scheduler)                # the hot prefixes a saved strategy lists
+        if a is not None and a.saved_prefixes:    # the hot prefixes a saved strategy lists,
+            from .warmup import PrefixWarmer      # computed while no request runs
+            self.warmer = PrefixWarmer(self.scheduler, a.saved_prefixes,
+                                       self.engine.kv.block_size).start()
         return self
 
     def stop(self) -> None:
+        if self.warmer is not None:
+            self.warmer.stop()
         self.scheduler.stop()
         if self.adaptive is not None:
             self.adaptive.save()

@@ -142,6 +142,12 @@ def config_from_gguf(gf) -> ModelConfig:
         v = md.get(f"{arch}.{key}")
         return default if v is None else typed(key, v, kind)
 
+    def positive(key: str, v: int) -> int:
+        """v, or a ModelError when it is below 1 (a size or count that shapes buffers)."""
+        if v < 1:
+            raise ModelError(path, f"metadata key {arch}.{key} is {v}, expected at least 1")
+        return v
+
     n_expert, n_expert_used = opt("expert_count", 0), opt("expert_used_count", 0)
     if n_expert and not 0 < n_expert_used <= n_expert:
         raise ModelError(path, f"expert_used_count {n_expert_used} does not fit expert_count "
@@ -150,7 +156,7 @@ def config_from_gguf(gf) -> ModelConfig:
         raise ModelError(path, f"mixture-of-experts {arch} models are not supported")
     if arch in ("qwen2moe", "qwen3moe") and not n_expert:
         raise ModelError(path, f"missing metadata key {arch}.expert_count")
-    n_embd = req("embedding_length")
+    n_embd = positive("embedding_length", req("embedding_length"))
     n_head = req("attention.head_count")
     n_head_kv = opt("attention.head_count_kv", n_head, kind=None)
     if isinstance(n_head_kv, np.ndarray) and n_head_kv.dtype.kind in "iu":
@@ -162,9 +168,13 @@ def config_from_gguf(gf) -> ModelConfig:
     if n_head <= 0 or n_head_kv <= 0 or n_head % n_head_kv:
         raise ModelError(path, f"head_count {n_head} is not a multiple of head_count_kv {n_head_kv}")
     head_dim = opt("attention.key_length", n_embd // n_head)
-    head_dim_v = opt("attention.value_length", head_dim)
+    if f"{arch}.attention.key_length" in md:
+        positive("attention.key_length", head_dim)
+    elif head_dim < 1:
+        raise ModelError(path, f"head_count {n_head} is larger than embedding_length {n_embd}")
+    head_dim_v = positive("attention.value_length", opt("attention.value_length", head_dim))
     rope_dim = opt("rope.dimension_count", head_dim)
-    if rope_dim > head_dim or rope_dim % 2:
+    if not 0 < rope_dim <= head_dim or rope_dim % 2:
         raise ModelError(path, f"rope.dimension_count {rope_dim} does not fit head size {head_dim}")
 
     scaling = RopeScaling()
@@ -190,8 +200,23 @@ def config_from_gguf(gf) -> ModelConfig:
     if "rope_factors_long.weight" in gf.tensors and not scaling.orig_ctx:
         scaling = replace(scaling, orig_ctx=opt("rope.scaling.original_context_length",
                                                 opt("context_length", 0)))
+    if scaling.type == "yarn" and scaling.orig_ctx < 1:
+        raise ModelError(path, f"yarn rope scaling with an original context of {scaling.orig_ctx} "
+                               f"({arch}.rope.scaling.original_context_length, else "
+                               "context_length): expected at least 1")
+    rope_theta = opt("rope.freq_base", 10000.0, kind=float)
+    if not rope_theta > 0:
+        raise ModelError(path, f"metadata key {arch}.rope.freq_base is {rope_theta}, expected a "
+                               "positive number")
 
-    n_layer = req("block_count")
+    # every per-layer table (tensor names, window flags, caches) is as long as block_count:
+    # checked against the blocks the file has tensors for before anything is built from it
+    n_layer = positive("block_count", req("block_count"))
+    n_blocks = len({name.split(".", 2)[1] for name in gf.tensors if name.startswith("blk.")})
+    if n_layer > n_blocks:
+        raise ModelError(path, f"metadata key {arch}.block_count is {n_layer:,}, but the file "
+                               f"has tensors for {n_blocks} blocks")
+    n_ctx_train = positive("context_length", opt("context_length", 2048))
     gemma = {}
     if traits.get("gemma"):
         gemma = _gemma_traits(arch, traits, n_layer, n_embd, n_head, head_dim, opt, md, path)
@@ -213,12 +238,13 @@ def config_from_gguf(gf) -> ModelConfig:
         n_head_kv=int(n_head_kv),
         head_dim=head_dim,
         head_dim_v=head_dim_v,
-        n_ff=opt("feed_forward_length", 0) if n_expert else req("feed_forward_length"),
-        n_ctx_train=opt("context_length", 2048),
+        n_ff=opt("feed_forward_length", 0) if n_expert else positive(
+            "feed_forward_length", req("feed_forward_length")),
+        n_ctx_train=n_ctx_train,
         rms_eps=opt("attention.layer_norm_rms_epsilon", 1e-5, kind=float),
         rope_neox=traits["rope_neox"],
         rope_dim=rope_dim,
-        rope_theta=opt("rope.freq_base", 10000.0, kind=float),
+        rope_theta=rope_theta,
         rope_scaling=scaling,
         has_rope_freqs="rope_freqs.weight" in gf.tensors,
         qkv_bias=traits["qkv_bias"] == "required" or (
@@ -275,6 +301,12 @@ def _gemma_traits(arch, traits, n_layer, n_embd, n_head, head_dim, opt, md, path
 
 def expected_tensors(c: ModelConfig) -> dict[str, tuple[int, ...]]:
     """Every tensor the forward pass reads, with its GGUF shape (row length first)."""
+    return dict(_expected(c))
+
+
+def _expected(c: ModelConfig):
+    """(name, GGUF shape) of every tensor the forward pass reads, a layer at a time (a check
+    stops at the first missing one without building the whole table)."""
     q, kv, v = c.n_head * c.head_dim, c.n_head_kv * c.head_dim, c.n_head_kv * c.head_dim_v
     t = {"token_embd.weight": (c.n_embd, c.n_vocab), "output_norm.weight": (c.n_embd,)}
     if not c.tied_embeddings:
@@ -283,9 +315,10 @@ def expected_tensors(c: ModelConfig) -> dict[str, tuple[int, ...]]:
         t["rope_freqs.weight"] = (c.rope_dim // 2,)
     if c.rope_long_short:
         t["rope_factors_long.weight"] = t["rope_factors_short.weight"] = (c.rope_dim // 2,)
+    yield from t.items()
     for i in range(c.n_layer):
         b = f"blk.{i}."
-        t[b + "attn_norm.weight"] = (c.n_embd,)
+        t = {b + "attn_norm.weight": (c.n_embd,)}
         if c.fused_qkv:
             t[b + "attn_qkv.weight"] = (c.n_embd, q + kv + v)
         else:
@@ -320,7 +353,7 @@ def expected_tensors(c: ModelConfig) -> dict[str, tuple[int, ...]]:
             t[b + "ffn_up.weight"] = (c.n_embd, c.n_ff)
         if not c.n_expert:
             t[b + "ffn_down.weight"] = (c.n_ff, c.n_embd)
-    return t
+        yield from t.items()
 
 
 # Tensors that must stay float (they are read once per token, element-wise).
@@ -330,7 +363,7 @@ NORM_TENSOR_SUFFIXES = ("_norm.weight", ".bias", "rope_freqs.weight", "rope_fact
 
 def check_tensors(gf, c: ModelConfig) -> None:
     """Raise ModelError for the first missing or mis-shaped tensor."""
-    for name, shape in expected_tensors(c).items():
+    for name, shape in _expected(c):
         t = gf.tensors.get(name)
         if t is None:
             raise ModelError(gf.path, f"missing tensor {name}")

@@ -11,6 +11,7 @@ GGUF and synthetic models (all of ../shared would take ~40 s of GGUFReader time)
 
 from __future__ import annotations
 
+import math
 import mmap
 import os
 import struct
@@ -25,6 +26,16 @@ from .tensor_types import TensorType, tensor_type
 
 GGUF_MAGIC = b"GGUF"
 DEFAULT_ALIGNMENT = 32
+# Arrays of arrays nested deeper than this are refused (llama.cpp reads no nested array at all;
+# unbounded, a few kB of nesting exhausted Python's recursion limit).
+MAX_ARRAY_DEPTH = 4
+# The fewest bytes a key-value pair (key length, value type, a 1-byte value) and a tensor
+# descriptor (name length, dimension count, type, offset) take: a header whose counts need more
+# than the file holds is refused before anything is read.
+MIN_KV_BYTES, MIN_TENSOR_INFO_BYTES = 13, 24
+# The fewest bytes of one element of a string array (its length) and of an array of arrays
+# (element type and count): a claimed count is checked against the bytes left before the loop.
+_MIN_ELEMENT = {8: 8, 9: 12}
 
 # GGUF value types -> (struct format, size); 8 = string, 9 = array are handled apart.
 _SCALARS = {
@@ -98,13 +109,17 @@ class _Cursor:
         except UnicodeDecodeError:
             return raw.decode("utf-8", errors="surrogateescape")
 
-    def value(self, vtype: int) -> Any:
+    def value(self, vtype: int, key: str = "", depth: int = 0) -> Any:
         if vtype in _SCALARS:
             return self.scalar(vtype)
         if vtype == 8:
             return self.string()
         if vtype == 9:
+            if depth >= MAX_ARRAY_DEPTH:
+                raise ModelError(self.path, f"metadata key {key!r:.60}: arrays nested more than "
+                                            f"{MAX_ARRAY_DEPTH} deep")
             itype, count = self.u32(), self.u64()
+            self.need(count * _MIN_ELEMENT.get(itype, 0))
             if itype in _NUMPY:
                 size = np.dtype(_NUMPY[itype]).itemsize
                 self.need(count * size)
@@ -114,7 +129,7 @@ class _Cursor:
             if itype == 8:
                 return [self.string() for _ in range(count)]
             if itype == 9:
-                return [self.value(9) for _ in range(count)]
+                return [self.value(9, key, depth + 1) for _ in range(count)]
             raise ModelError(self.path, f"unknown GGUF array element type {itype}")
         raise ModelError(self.path, f"unknown GGUF value type {vtype}")
 
@@ -151,13 +166,16 @@ class GGUFFile:
                 raise ModelError(self.path, "big-endian GGUF files are not supported")
             raise ModelError(self.path, f"unsupported GGUF version {self.version}")
         n_tensors, n_kv = cur.u64(), cur.u64()
-        if n_tensors > size or n_kv > size:
-            raise ModelError(self.path, "corrupt GGUF header (impossible tensor or key count)")
+        least = cur.pos + n_kv * MIN_KV_BYTES + n_tensors * MIN_TENSOR_INFO_BYTES
+        if least > size:
+            raise ModelError(self.path, f"corrupt GGUF header or truncated file: {n_kv:,} keys "
+                                        f"and {n_tensors:,} tensors need at least {least:,} "
+                                        f"bytes, the file has {size:,}")
 
         self.metadata: dict[str, Any] = {}
         for i in range(n_kv):
             key = cur.string()
-            self.metadata[key] = cur.value(cur.u32())
+            self.metadata[key] = cur.value(cur.u32(), key)
             if on_progress is not None:
                 on_progress(i + 1, n_kv + n_tensors)
 
@@ -193,7 +211,7 @@ class GGUFFile:
             if row % ttype.block_size:
                 raise ModelError(self.path, f"tensor {name!r}: row length {row} is not a "
                                             f"multiple of the {ttype.name} block ({ttype.block_size})")
-            n_el = int(np.prod(dims, dtype=np.int64)) if dims else 1
+            n_el = math.prod(dims)                # Python ints: a product never wraps around
             nbytes = n_el // ttype.block_size * ttype.type_size
             start = data_start + offset
             if start + nbytes > size:

@@ -5,9 +5,13 @@ compiled objects are added to. Every LLVM call goes through one process-wide loc
 nothing from compiling on several threads); `submit()` compiles on one background thread.
 
 Objects are cached on disk, keyed by the rendered IR, CPU name, CPU features, optimisation
-settings and the llvmlite/LLVM versions. A cache file carries a SHA-256 of its object bytes; a
-truncated, tampered or stale file is detected, reported with a warning and recompiled, never
-loaded. Writes go to a temporary file that is renamed into place (atomic).
+settings and the llvmlite/LLVM versions. A cache file records the key it was written for and the
+symbols it defines, under a SHA-256 of that record and the object bytes; a truncated, tampered
+or stale file, or one that holds another kernel (a file copied over another's name, digest and
+all: its recorded key is not the key it was looked up by), is detected, reported with a warning
+naming it and recompiled, never loaded. An entry whose object loads but does not define the
+symbols asked for is evicted and recompiled too. Writes go to a temporary file that is renamed
+into place (atomic).
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from __future__ import annotations
 import concurrent.futures
 import ctypes
 import hashlib
+import json
 import logging
 import os
 import tempfile
@@ -31,7 +36,9 @@ from .isa import ISA
 log = logging.getLogger("reame.codegen")
 
 LLVM_LOCK = threading.RLock()
-CACHE_MAGIC = b"REAMEOBJ1\n"
+# an entry: the magic, the SHA-256 of everything after it, the length of the record (4 bytes,
+# little-endian), the record (JSON: the key and symbols it was compiled for), the object file
+CACHE_MAGIC = b"REAMEOBJ2\n"
 KERNEL_CFUNC = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int32, ctypes.c_int32)
 
 # Measured by `python -m bench.compile_opts` on this machine (6 representative kernels): the
@@ -159,22 +166,24 @@ class Compiler:
     def _cache_path(self, key: str) -> Path | None:
         return self.cache_dir / key[:2] / f"{key}.o" if self.cache_dir else None
 
-    def _cache_read(self, path: Path | None) -> bytes | None:
+    def _cache_read(self, path: Path | None, key: str, symbols: list[str]) -> bytes | None:
+        """The cached object for `key` defining `symbols`; None (a warning naming the file when
+        there is one) when there is no entry or it cannot be trusted."""
         if path is None or not path.exists():
             return None
         try:
             blob = path.read_bytes()
         except OSError:
             return None
-        head = len(CACHE_MAGIC)
-        if (blob[:head] == CACHE_MAGIC and len(blob) > head + 32
-                and hashlib.sha256(blob[head + 32:]).digest() == blob[head:head + 32]):
-            return blob[head + 32:]
-        self.stats.cache_rejects += 1
-        log.warning("kernel cache entry %s is corrupt or stale; recompiling", path)
-        return None
+        try:
+            return entry_object(blob, key, symbols)
+        except ValueError as e:
+            self.stats.cache_rejects += 1
+            log.warning("kernel cache entry %s %s; recompiling", path, e)
+            return None
 
-    def _cache_write(self, path: Path | None, obj: bytes) -> None:
+    def _cache_write(self, path: Path | None, key: str, symbols: list[str],
+                     obj: bytes) -> None:
         if path is None:
             return
         tmp = None
@@ -182,7 +191,7 @@ class Compiler:
             path.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
             with os.fdopen(fd, "wb") as f:
-                f.write(CACHE_MAGIC + hashlib.sha256(obj).digest() + obj)
+                f.write(entry_bytes(key, symbols, obj))
             os.replace(tmp, path)
         except OSError as e:            # a read-only or full cache must not stop the server
             log.warning("cannot write kernel cache %s: %s", path, e)
@@ -208,20 +217,26 @@ class Compiler:
             t0 = time.perf_counter()
             key = self.cache_key(ir)
             path = self._cache_path(key)
-            obj = self._cache_read(path)
+            obj = self._cache_read(path, key, symbols)
             source = "cache"
-            if obj is None:
+            out = None
+            if obj is not None:
+                try:
+                    out = self._load(obj, symbols)
+                    why = "does not define the symbols it records"
+                except RuntimeError as e:           # LLVM refused the object
+                    why = f"does not load ({e})"
+                if out is None:
+                    self._evict(path, why)
+            if out is None:
                 obj = self.tm.emit_object(self.parse(ir))
-                self._cache_write(path, obj)
                 source = "compiled"
-            self.engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
-            self.engine.finalize_object()
-            out = {}
-            for s in symbols:
-                addr = self.engine.get_function_address(s)
-                if not addr:
-                    raise RuntimeError(f"symbol {s} not found after compiling")
-                out[s] = self._symbols[s] = addr
+                out = self._load(obj, symbols)
+                if out is None:
+                    missing = [s for s in symbols if not self.engine.get_function_address(s)]
+                    raise RuntimeError(f"symbol {missing[0]} not found after compiling")
+                self._cache_write(path, key, symbols, obj)
+            self._symbols.update(out)
             dt = time.perf_counter() - t0
             if source == "compiled":
                 self.stats.compiled += 1
@@ -232,12 +247,60 @@ class Compiler:
             self.stats.log.append((symbols[0] if symbols else "?", source, dt))
             return out
 
+    def _load(self, obj: bytes, symbols: list[str]) -> dict[str, int] | None:
+        """Add an object to the engine; the addresses of `symbols`, None if one is missing."""
+        self.engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
+        self.engine.finalize_object()
+        out = {s: self.engine.get_function_address(s) for s in symbols}
+        return out if all(out.values()) else None
+
+    def _evict(self, path: Path | None, why: str) -> None:
+        self.stats.cache_rejects += 1
+        log.warning("kernel cache entry %s %s; evicted, recompiling", path, why)
+        try:
+            path.unlink()
+        except OSError:
+            pass
+
     def submit(self, ir: str, symbols: list[str]) -> concurrent.futures.Future:
         """Compile on the background compiler thread."""
         if self._executor is None:
             self._executor = concurrent.futures.ThreadPoolExecutor(
                 max_workers=1, thread_name_prefix="reame-compile")
         return self._executor.submit(self.compile, ir, symbols)
+
+
+def entry_bytes(key: str, symbols: list[str], obj: bytes) -> bytes:
+    """A cache file: the object with the key and symbols it was compiled for, under a digest."""
+    record = json.dumps({"key": key, "symbols": list(symbols)}).encode()
+    body = len(record).to_bytes(4, "little") + record + obj
+    return CACHE_MAGIC + hashlib.sha256(body).digest() + body
+
+
+def entry_object(blob: bytes, key: str, symbols: list[str]) -> bytes:
+    """The object of a cache file read for `key` and `symbols`. ValueError (the end of a
+    sentence: "kernel cache entry PATH <why>") when it is damaged or of another format, or was
+    written for another key (a file copied over another's name keeps a valid digest), or does
+    not define the symbols."""
+    head = len(CACHE_MAGIC)
+    body = blob[head + 32:]
+    if (blob[:head] != CACHE_MAGIC or len(body) < 4
+            or hashlib.sha256(body).digest() != blob[head:head + 32]):
+        raise ValueError("is corrupt or stale")
+    n = int.from_bytes(body[:4], "little")
+    try:
+        record = json.loads(body[4:4 + n])
+        theirs, defined = record["key"], record["symbols"]
+    except (ValueError, TypeError, KeyError):
+        raise ValueError("is corrupt or stale") from None
+    obj = body[4 + n:]
+    if theirs != key:
+        raise ValueError(f"holds another kernel (written for key {str(theirs)[:16]}..., looked "
+                         f"up by {key[:16]}...)")
+    missing = [s for s in symbols if s not in defined or s.encode() + b"\0" not in obj]
+    if missing:
+        raise ValueError(f"does not define {missing[0]}")
+    return obj
 
 
 _COMPILERS: dict[tuple, Compiler] = {}

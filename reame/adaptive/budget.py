@@ -295,15 +295,18 @@ class BudgetController:
         return {"model": [round(v, 9) for v in coef], "margin": round(self.margin, 4)}
 
     def load(self, state) -> bool:
-        """A saved fit as the prior until this run has its own; False when not usable."""
-        try:
-            coef = tuple(float(v) for v in state["model"])
-            margin = float(state.get("margin", MARGIN0))
-        except (TypeError, KeyError, ValueError, AttributeError):
+        """A saved fit as the prior until this run has its own; False when not usable (three
+        non-negative seconds, each under a minute, and a margin within its bounds)."""
+        def number(v, lo, hi) -> bool:
+            return (isinstance(v, (int, float)) and not isinstance(v, bool)
+                    and lo <= v <= hi)                      # (False for NaN)
+        model = state.get("model") if isinstance(state, dict) else None
+        margin = state.get("margin", MARGIN0) if isinstance(state, dict) else None
+        if not (isinstance(model, list) and len(model) == 3
+                and all(number(v, 0.0, 60.0) for v in model)
+                and number(margin, 1.0, MARGIN_MAX)):
             return False
-        if (len(coef) != 3 or not all(math.isfinite(v) and v >= 0 for v in coef)
-                or not 1.0 <= margin <= MARGIN_MAX):
-            return False
+        coef, margin = tuple(float(v) for v in model), float(margin)
         self.prior, self.saved_margin = coef, margin
         return True
 

@@ -93,16 +93,52 @@ class AdaptiveRuntime:
         saved = store.load(path, self.ident)
         if not saved:
             return None
-        self.loaded = self.tuner.apply_choices(saved["choices"])
+        try:
+            return self._apply(saved, path)
+        except Exception as e:       # a learned file never keeps the model from serving
+            log.warning("adaptive: %s could not be applied (%s: %s): ignored from there on",
+                        path, type(e).__name__, e)
+            return None
+
+    def _apply(self, saved: dict, path: Path) -> int:
+        """Apply what store.load read from `path`: each part checked, a bad one (or a bad
+        kernel choice) ignored with a warning naming the file."""
+        self._load_params(saved["scheduler"], path)
+        self.loaded = self.tuner.apply_choices(self._known_choices(saved["choices"], path),
+                                               source=path)
         skipped = self.tuner.skip_rejected(saved.get("rejected") or {})
-        self._load_params(saved["scheduler"])
         n_vocab = self.engine.config.n_vocab
         self.saved_prefixes = [p for p in saved["prefixes"]
                                if len(p) < self.engine.n_ctx and max(p) < n_vocab]
+        if len(self.saved_prefixes) < len(saved["prefixes"]):
+            log.warning("adaptive: %s: %d hot prefixes longer than the context or with token "
+                        "ids outside the vocabulary: ignored", path,
+                        len(saved["prefixes"]) - len(self.saved_prefixes))
         log.info("adaptive: %d kernel choices loaded from %s (%d candidates it rejected not "
                  "tried again; batch levels it refused: %s)", self.loaded, path, skipped,
                  sorted(self.batch.refused) or "none")
         return self.loaded
+
+    def _known_choices(self, choices: dict, path: Path) -> dict:
+        """The saved choices of classes this engine has, each one of its class's variants on
+        this machine (the start-up kernel or a candidate the registry lists for its op, type and
+        shape): an unknown op, family, tile or level, or a number no registry makes, is ignored
+        with a warning, never built."""
+        out, other = {}, []
+        for key, spec in choices.items():
+            cls = self.tuner.classes.get(key)
+            if cls is None:
+                other.append(key)
+            elif spec == cls.origin or spec in cls.candidates:
+                out[key] = spec
+            else:
+                log.warning("adaptive: %s: saved choice %s for %s is not one of its variants "
+                            "on this machine: ignored", path, spec.label(), key)
+        if other:
+            log.warning("adaptive: %s: %d saved choices for op sites this engine does not "
+                        "have (e.g. %s; saved with other settings?): ignored", path, len(other),
+                        other[0])
+        return out
 
     def _load_speculation(self, strategy: Path) -> None:
         """The speculator's index of earlier requests, acceptance and step costs, as the run
@@ -115,8 +151,9 @@ class AdaptiveRuntime:
             return
         try:
             n = self.speculator.load(state)
-        except (ValueError, TypeError, KeyError) as e:
-            log.warning("speculation: %s is not a valid state file (%s): ignored", sp, e)
+        except Exception as e:               # a learned file never keeps the model from serving
+            log.warning("speculation: %s is not a valid state file (%s: %s): ignored", sp,
+                        type(e).__name__, e)
             return
         log.info("speculation: %d documents of earlier traffic loaded from %s", n, sp)
 
@@ -284,32 +321,43 @@ class AdaptiveRuntime:
             progress(1.0)
         return self.boot_report()
 
-    def _load_params(self, saved: dict) -> None:
+    def _load_params(self, saved: dict, path: Path | None = None) -> None:
         """Saved scheduler parameters, within this server's limits: a batch between its
-        starting limit and its KV slots, and only values the engine accepts."""
+        starting limit and its KV slots, and only values the engine accepts (a value of another
+        type, or out of range, is ignored with a warning)."""
         from dataclasses import replace
         cand = replace(self.params)
         slots = self.engine.kv.max_seqs
+        tokens = getattr(self.engine, "max_tokens", cand.token_budget)
+        bad = []
         for k in ("max_batch", "token_budget", "prefill_chunk"):
             v = saved.get(k)
-            if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+            if isinstance(v, int) and not isinstance(v, bool) and 0 < v <= max(tokens, slots):
                 setattr(cand, k, min(max(v, self.batch.start), slots) if k == "max_batch"
                         else v)
+            elif k in saved:
+                bad.append(k)
         try:
-            cand.check(getattr(self.engine, "max_tokens", cand.token_budget),
-                       self.engine.kv.max_seqs)
+            cand.check(tokens, slots)
         except ValueError as e:
-            log.warning("adaptive: saved scheduler parameters not used: %s", e)
+            log.warning("adaptive: %s: saved scheduler parameters not used: %s", path, e)
             return
         for k in ("token_budget", "prefill_chunk"):
             setattr(self.params, k, getattr(cand, k))
         self.batch.rebase(cand.max_batch)
         refused = saved.get("batch_refused")
         if isinstance(refused, list):             # not probed again before retry_steps
-            self.batch.refused = {lv: 0 for lv in refused
-                                  if isinstance(lv, int) and lv in self.batch.levels}
-        if isinstance(saved.get("budget"), dict):   # the step-cost fit: budgets from step one
-            self.budget.load(saved["budget"])
+            ok = [lv for lv in refused if isinstance(lv, int) and lv in self.batch.levels]
+            self.batch.refused = dict.fromkeys(ok, 0)
+        if "batch_refused" in saved and (not isinstance(refused, list)
+                                         or len(ok) < len(refused)):
+            bad.append("batch_refused")           # (or a level this server does not have)
+        # the step-cost fit: budgets from step one
+        if "budget" in saved and not self.budget.load(saved["budget"]):
+            bad.append("budget")
+        if bad:
+            log.warning("adaptive: %s: saved scheduler values %s not usable: ignored", path,
+                        ", ".join(bad))
 
     # ---- every step (the engine thread) ----
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import os
 import tempfile
 import time
@@ -54,9 +55,27 @@ def spec_to_json(spec: KernelSpec) -> dict:
             "params": [[k, v] for k, v in spec.params]}
 
 
-def spec_from_json(d: dict) -> KernelSpec:
-    return KernelSpec(d["op"], d["dtype"], d["family"], d["level"],
-                      tuple((k, v) for k, v in d["params"]))
+def spec_from_json(d) -> KernelSpec:
+    """A spec as spec_to_json wrote it; ValueError for anything else (a strategy file is never
+    trusted: a dict or list among the params would make an unhashable spec, NaN or a huge number
+    a spec no registry makes)."""
+    if not isinstance(d, dict):
+        raise ValueError(f"a kernel spec object expected, not {type(d).__name__}")
+    names = [d.get(k) for k in ("op", "dtype", "family", "level")]
+    if not all(isinstance(v, str) and v for v in names):
+        raise ValueError("op, dtype, family and level must be non-empty strings")
+    params = d.get("params")
+    if not isinstance(params, list) or not all(
+            isinstance(p, list) and len(p) == 2 and isinstance(p[0], str) and _scalar(p[1])
+            for p in params):
+        raise ValueError("params must be [name, number or string] pairs")
+    return KernelSpec(*names, tuple((k, v) for k, v in params))
+
+
+def _scalar(v) -> bool:
+    if isinstance(v, float):
+        return math.isfinite(v)
+    return isinstance(v, (int, str))
 
 
 def save(path: Path, ident: dict, choices: dict[str, KernelSpec], scheduler: dict,
@@ -106,31 +125,54 @@ def load(path: Path, ident: dict) -> dict | None:
         return None
     try:
         body = json.loads(raw)
-        if body.get("format") != FORMAT:
-            raise ValueError(f"format {body.get('format')!r}")
+        if not isinstance(body, dict) or body.get("format") != FORMAT:
+            raise ValueError(f"format {body.get('format') if isinstance(body, dict) else None!r}")
         if body.get("identity") != ident:
-            theirs = body.get("identity") or {}
+            theirs = body.get("identity")
+            theirs = theirs if isinstance(theirs, dict) else {}
             diff = [k for k in ident if theirs.get(k) != ident[k]]
             log.warning("adaptive: %s was learned on another %s: ignored", path,
                         ", ".join(diff) or "setup")
             return None
-        choices = {k: spec_from_json(v) for k, v in body["choices"].items()}
-        scheduler = dict(body.get("scheduler") or {})
-        prefixes = body.get("prefixes") or []
+        saved = _part(body, "choices", {})
+        if not isinstance(saved, dict):
+            raise ValueError("choices: an object of kernel specs expected")
+        choices = {}
+        for k, v in saved.items():
+            try:
+                choices[k] = spec_from_json(v)
+            except ValueError as e:          # this choice only: the defaults keep its class
+                log.warning("adaptive: %s: the choice for %s is not a kernel spec (%s): "
+                            "ignored", path, k, e)
+        scheduler = _part(body, "scheduler", {})
+        if not isinstance(scheduler, dict):
+            raise ValueError("scheduler: an object expected")
+        prefixes = _part(body, "prefixes", [])
         if not (isinstance(prefixes, list) and all(
-                isinstance(p, list) and p and all(isinstance(t, int) and t >= 0 for t in p)
+                isinstance(p, list) and p and all(_token(t) for t in p)
                 for p in prefixes)):
             raise ValueError("prefixes: lists of token ids expected")
-        rejected = body.get("rejected") or {}
+        rejected = _part(body, "rejected", {})
         if not (isinstance(rejected, dict) and all(
                 isinstance(v, list) and all(isinstance(x, str) for x in v)
                 for v in rejected.values())):
             raise ValueError("rejected: lists of kernel labels expected")
-    except (ValueError, KeyError, TypeError, AttributeError) as e:
-        log.warning("adaptive: %s is not a valid strategy file (%s): ignored", path, e)
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as e:
+        log.warning("adaptive: %s is not a valid strategy file (%s): ignored", path,
+                    e if not isinstance(e, RecursionError) else "nested too deep")
         return None
-    return {"choices": choices, "scheduler": scheduler, "prefixes": prefixes,
+    return {"choices": choices, "scheduler": dict(scheduler), "prefixes": prefixes,
             "rejected": rejected}
+
+
+def _part(body: dict, name: str, default):
+    """A section of the file, `default` when absent (null or another type: the caller's
+    error)."""
+    return body.get(name, default)
+
+
+def _token(t) -> bool:
+    return isinstance(t, int) and not isinstance(t, bool) and t >= 0
 
 
 # ---- the speculator's state (reame/speculate): its own file beside the strategy ----
@@ -163,7 +205,7 @@ def load_speculation(path: Path, ident: dict) -> dict | None:
             return None
         if not isinstance(body.get("state"), dict):
             raise ValueError("no state")
-    except (ValueError, TypeError) as e:
+    except (ValueError, TypeError, RecursionError) as e:
         log.warning("speculation: %s is not a valid state file (%s): ignored", path, e)
         return None
     return body["state"]

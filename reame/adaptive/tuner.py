@@ -370,9 +370,10 @@ class KernelTuner:
             cls.candidates = keep
         return n
 
-    def apply_choices(self, chosen: dict[str, object]) -> int:
+    def apply_choices(self, chosen: dict[str, object], source=None) -> int:
         """Make saved choices live (class key -> spec); returns how many were applied. Each is
-        checked like any candidate."""
+        checked like any candidate on every slot of its class before any slot takes it; one
+        that fails to build or check is not applied (a warning naming `source`, the file)."""
         n = 0
         for key, spec in chosen.items():
             cls = self.classes.get(key)
@@ -381,17 +382,21 @@ class KernelTuner:
             try:
                 k = self.engine.kernels.get(spec) or build(spec, self.engine.isa)
                 self.engine.kernels[spec] = k
-                if self.exact:                  # saved under --kernel-tuning any, say
-                    live = self.table.slots[cls.slots[0]].kernel
-                    for i in cls.slots:
+                live = self.table.slots[cls.slots[0]].kernel
+                for i in cls.slots:
+                    if k.symbol not in self.table.slots[i].verified:
+                        self.table.verify(i, k)
+                    if self.exact:              # saved under --kernel-tuning any, say
                         self.table.same_bits(i, k, live)
                 for i in cls.slots:
+                    self.table.slots[i].verified.add(k.symbol)
                     self.table.stage(i, k)
                 cls.spec = spec
                 cls.candidates = [s for s in cls.candidates if s != spec]
                 n += 1
-            except (VariantRejected, ValueError) as e:
-                log.warning("saved choice %s for %s not applied: %s", spec, key, e)
+            except Exception as e:              # a learned choice never stops the model
+                log.warning("adaptive: %s: saved choice %s for %s not applied: %s",
+                            source or "strategy", spec.label(), key, e)
         return n
 
     def report(self) -> dict:

@@ -33,6 +33,7 @@ import numpy as np
 from .generate import Generation, Step
 from .planner import DONE as SEQ_DONE
 from .planner import Planner, SchedulerParams, Seq
+from .structured import GrammarError
 
 log = logging.getLogger("reame.scheduler")
 
@@ -385,6 +386,10 @@ class Scheduler:
                 ended[id(r)] = r
                 continue
             if o.error is not None:
+                if isinstance(o.error, GrammarError):   # the request's grammar hit a limit
+                    log.warning("output constraint failed: %s", o.error)
+                    self._fail(r, o.error)              # a 400 (responses.error_for)
+                    continue
                 log.error("sampling failed", exc_info=o.error)
                 self._fail(r, EngineFailure(f"sampling failed: {type(o.error).__name__}: "
                                             f"{o.error}"))

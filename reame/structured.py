@@ -7,8 +7,9 @@ nothing up front), takes JSON schemas, regexes, Lark and GBNF grammars natively,
 each token's bytes (which our tokenizer has) and works from numpy. Writing our own would mean a
 schema-to-grammar compiler and an incremental parser: the part that is hard to get right.
 
-A `Grammar` is compiled (and checked) once per request in the HTTP thread; each sequence gets
-its own `Constraint` (an `LLMatcher`). Per generated token:
+A `Grammar` is compiled (and checked) once per request in the HTTP thread, its first mask
+computed there too (the costly step: lexer set-up and the text the grammar forces); each
+sequence gets its own `Constraint`, a copy of that prepared `LLMatcher`. Per generated token:
 
     mask = constraint.mask()          # bool [n_vocab]: the allowed tokens (computed ahead)
     token = sample(logits where mask) # reame.sampling.Sampler.sample(logits, allowed=mask)
@@ -16,6 +17,13 @@ its own `Constraint` (an `LLMatcher`). Per generated token:
 
 `prepare()` computes the mask early: the scheduler calls it for every constrained sequence of
 a step on a worker thread while the forward pass runs (llguidance drops the GIL).
+
+Bounds (issue 29: a client's grammar must not stall the others or fill the memory): every
+matcher runs under `LIMITS` (llguidance's per-step lexer fuel and Earley items, lexer states,
+grammar size, and errors that never echo the grammar or the parser state); a grammar whose
+counted repetitions could force more than reame.grammar_size.MAX_SIZE characters is refused
+before llguidance sees it; the tokenizer llguidance calls back (under the GIL) for forced text
+gets at most MAX_TOKENIZE bytes of it. Errors are one short line (`short_error`).
 """
 
 from __future__ import annotations
@@ -23,10 +31,11 @@ from __future__ import annotations
 import json
 import re
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
+from . import grammar_size
 from .errors import ReameError
 
 
@@ -42,10 +51,46 @@ def _llg():
     return llguidance
 
 
+_LIMITS = None
+
+
+def limits():
+    """The llguidance limits of every matcher: its defaults (one mask step ~ tens of ms at
+    most: 200k lexer fuel, 50k Earley items; 250k lexer states; 500k grammar symbols) with
+    `verbose_errors` off, so that an error carries neither the grammar nor the parser state."""
+    global _LIMITS
+    if _LIMITS is None:
+        _LIMITS = _llg().LLParserLimits(verbose_errors=False)
+    return _LIMITS
+
+
+MAX_ERROR = 200             # characters of an llguidance message that reach the client
+
+
+def short_error(message: str) -> str:
+    """llguidance's message cut to its first line (no `<non-verbose/>`, no grammar excerpt, no
+    parser state) and MAX_ERROR characters."""
+    line = next((x.strip() for x in str(message).splitlines()
+                 if x.strip() and x.strip() != "<non-verbose/>"), "rejected")
+    return line if len(line) <= MAX_ERROR else line[:MAX_ERROR - 3] + "..."
+
+
+def _check_size(size: int, what: str) -> None:
+    if size > grammar_size.MAX_SIZE:
+        raise GrammarError(f"the {what} repeats fixed text up to {size:,} characters long "
+                           f"(counted repetitions nested; at most {grammar_size.MAX_SIZE:,})")
+
+
 # ---- the tokenizer, once per vocabulary ----
 
 _TOKENIZERS: dict[int, object] = {}
 _TOK_LOCK = threading.Lock()
+
+
+# bytes of forced text tokenized per call, at least (4 of the vocabulary's longest token if
+# more): llguidance asks for all of it but uses only the first token, and a grammar forcing a
+# megabyte of "a" held the GIL for 3 s per step
+MAX_TOKENIZE = 1024
 
 
 class _Vocab:
@@ -58,7 +103,12 @@ class _Vocab:
     output, so it is tokenized without SentencePiece's space prefix (with it, "{" became
     "▁" "{" and the first token broke the grammar: the HTTP 500 of issue 28); where a
     vocabulary's rules still change the bytes (whitespace that a special token's lstrip/rstrip
-    flag swallows), the longest-match tokenization of the bytes is returned instead."""
+    flag swallows), the longest-match tokenization of the bytes is returned instead.
+
+    Only the first MAX_TOKENIZE bytes (or 4 longest tokens) are tokenized, cut at a character
+    boundary: llguidance allows only the first forced token and tokenizes again at the next
+    step, and drops the last tokens it gets as possibly merging with what follows, so such a
+    prefix gives it the same first token."""
 
     def __init__(self, tok):
         self._tok = tok
@@ -69,8 +119,14 @@ class _Vocab:
         self.bos_token_id = tok.bos_id
         self.special_token_ids = [i for i in range(n) if tok.is_special(i)]
         self._by_bytes: dict[bytes, int] | None = None     # for greedy(), built when needed
+        self._cap = max(MAX_TOKENIZE, 4 * max(map(len, self.tokens), default=0))
 
     def __call__(self, data: bytes) -> list[int]:
+        if len(data) > self._cap:
+            cut = self._cap
+            while cut and data[cut] & 0xC0 == 0x80:            # not inside a UTF-8 character
+                cut -= 1
+            data = data[:cut]
         ids = self._tok.encode(data.decode("utf-8", "replace"), add_special=False,
                                space_prefix=False)
         if b"".join(self.tokens[i] for i in ids) == data:
@@ -118,9 +174,11 @@ def lltokenizer(tok):
 
 @dataclass(frozen=True)
 class Grammar:
-    """A compiled-and-checked llguidance grammar and where it came from (for errors)."""
+    """A compiled-and-checked llguidance grammar and where it came from (for errors), with a
+    matcher whose first mask is computed (each Constraint starts from a copy of it)."""
     source: str               # llguidance's JSON grammar
     origin: str               # "json_schema", "regex", ...
+    matcher: object = field(default=None, compare=False, repr=False)
 
 
 # JSON as Python's json.dumps writes it: no free whitespace (a model that likes blanks could
@@ -133,6 +191,12 @@ def json_schema(schema, open_objects: bool = False) -> str:
     """The grammar of `schema`. Objects are closed (`close_objects`) unless `open_objects`."""
     if not isinstance(schema, (dict, bool)):
         raise GrammarError("a JSON schema must be an object")
+    if too_deep(schema, MAX_DEPTH):
+        raise GrammarError(f"the JSON schema is nested deeper than {MAX_DEPTH} levels")
+    try:
+        _check_size(grammar_size.schema_size(schema), "JSON schema")
+    except RecursionError:                  # $ref chains: depth is checked, references are not
+        raise GrammarError("the JSON schema's references chain too deep") from None
     if isinstance(schema, dict) and not open_objects:
         schema = close_objects(schema)
     if isinstance(schema, dict):
@@ -142,7 +206,27 @@ def json_schema(schema, open_objects: bool = False) -> str:
             schema if isinstance(schema, dict) else {} if schema else {"not": {}},
             defaults=JSON_STYLE)
     except ValueError as e:
-        raise GrammarError(f"invalid JSON schema: {e}") from None
+        raise GrammarError(f"invalid JSON schema: {short_error(e)}") from None
+
+
+# JSON nesting (objects and arrays) a schema or a tool's value may have: the schema walkers
+# here and in llguidance recurse (a 10,000-deep schema crashed llguidance's native code)
+MAX_DEPTH = 64
+
+
+def too_deep(value, limit: int = MAX_DEPTH) -> bool:
+    """Whether `value` (decoded JSON) nests objects/arrays more than `limit` deep; iterative."""
+    stack = [(value, 1)]
+    while stack:
+        v, d = stack.pop()
+        if isinstance(v, dict):
+            v = list(v.values())
+        elif not isinstance(v, list):
+            continue
+        if d > limit:
+            return True
+        stack.extend((x, d + 1) for x in v if isinstance(x, (dict, list)))
+    return False
 
 
 # the integers JSON exchanges exactly (RFC 8259 section 6, IEEE doubles): at most 16 digits
@@ -279,6 +363,7 @@ def json_object() -> str:
 
 
 def regex(pattern: str) -> str:
+    _check_size(grammar_size.regex_size(pattern), "regex")
     return _llg().LLMatcher.grammar_from_regex(pattern)
 
 
@@ -288,27 +373,43 @@ def choice(options: list[str]) -> str:
 
 
 def lark(source: str) -> str:
+    _check_size(grammar_size.lark_size(source), "grammar")
     return _llg().LLMatcher.grammar_from_lark(source)
 
 
 def gbnf(source: str) -> str:
     """llama.cpp's GBNF grammar (as its `grammar` field takes)."""
     _llg()
+    from llguidance.gbnf_to_lark import gbnf_to_lark
+    return lark(to_lark(gbnf_to_lark, source, "GBNF grammar"))
+
+
+def to_lark(convert, source: str, what: str) -> str:
+    """`convert(source)` (llguidance's GBNF-to-Lark converters); their errors as GrammarError,
+    without the excerpt of the grammar they quote."""
     try:
-        from llguidance.gbnf_to_lark import gbnf_to_lark
-        return lark(gbnf_to_lark(source))
+        return convert(source)
     except Exception as e:                  # the converter raises on syntax errors
-        raise GrammarError(f"invalid GBNF grammar: {e}") from None
+        raise GrammarError(f"invalid {what}: {short_error(str(e).split(', ' + chr(39))[0])}") \
+            from None
 
 
 def compile_grammar(source: str, tok, origin: str) -> Grammar:
-    """Check `source` against the vocabulary now, so a bad grammar is a 400, not a failed
-    generation."""
+    """Check `source` against the vocabulary and compute its first mask now, on the calling
+    (request) thread, so that a bad or too costly grammar is a 400 before the engine sees it,
+    and the lexer set-up and first forced text are not paid on the engine's step."""
     llg = _llg()
-    is_error, messages = llg.LLMatcher.validate_grammar_with_warnings(source, lltokenizer(tok))
+    lt = lltokenizer(tok)
+    is_error, messages = llg.LLMatcher.validate_grammar_with_warnings(source, lt,
+                                                                      limits=limits())
     if is_error:
-        raise GrammarError(f"invalid {origin}: {messages[0] if messages else 'rejected'}")
-    return Grammar(source, origin)
+        raise GrammarError(f"invalid {origin}: {short_error(messages[0] if messages else '')}")
+    matcher = llg.LLMatcher(lt, source, log_level=0, limits=limits())
+    if not matcher.is_error():
+        matcher.compute_bitmask()
+    if matcher.is_error():
+        raise GrammarError(f"invalid {origin}: {short_error(matcher.get_error())}")
+    return Grammar(source, origin, matcher)
 
 
 # ---- one sequence ----
@@ -320,9 +421,15 @@ class Constraint:
         llg = _llg()
         self.tok = tok
         self.n_vocab = tok.n_vocab
-        self.matcher = llg.LLMatcher(lltokenizer(tok), grammar.source, log_level=0)
+        self.origin = grammar.origin
+        if grammar.matcher is not None:          # prepared by compile_grammar: copy its state
+            self.matcher = grammar.matcher.deep_copy()
+        else:
+            self.matcher = llg.LLMatcher(lltokenizer(tok), grammar.source, log_level=0,
+                                         limits=limits())
         if self.matcher.is_error():
-            raise GrammarError(f"invalid {grammar.origin}: {self.matcher.get_error()}")
+            raise GrammarError(f"invalid {grammar.origin}: "
+                               f"{short_error(self.matcher.get_error())}")
         self.words = (self.n_vocab + 31) // 32
         self._bits = np.zeros((1, self.words), np.int32)
         self._ready = False                  # _bits holds the mask of the current state
@@ -334,8 +441,12 @@ class Constraint:
             self._ready = True
 
     def mask(self) -> np.ndarray:
-        """bool [n_vocab]: the tokens the grammar allows next."""
+        """bool [n_vocab]: the tokens the grammar allows next. GrammarError when the mask
+        could not be computed (a limit hit mid-generation): the sequence's request fails."""
         self.prepare()
+        if self.matcher.is_error():
+            raise GrammarError(f"the {self.origin} failed during generation: "
+                               f"{short_error(self.matcher.get_error())}")
         return np.unpackbits(self._bits.view(np.uint8), count=self.n_vocab,
                              bitorder="little").view(bool)
 
@@ -343,8 +454,8 @@ class Constraint:
         """Advance past a sampled token (it was allowed)."""
         self._ready = False
         if not self.matcher.consume_token(token):
-            raise GrammarError(f"token {token} does not continue the grammar: "
-                               f"{self.matcher.get_error()}")
+            raise GrammarError(f"token {token} does not continue the {self.origin}: "
+                               f"{short_error(self.matcher.get_error())}")
 
     @property
     def done(self) -> bool:

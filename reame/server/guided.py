@@ -37,6 +37,14 @@ class GuidedSpec:
 def _schema(value, param: str):
     if not isinstance(value, (dict, bool)):
         raise invalid(param, f"'{param}' must be a JSON schema object.")
+    return shallow(value, param)
+
+
+def shallow(value, param: str):
+    """`value`, or a 400 when it nests objects/arrays deeper than structured.MAX_DEPTH (the
+    schema walkers recurse; a 5,000-deep `guided_json` was a 500 RecursionError)."""
+    if S.too_deep(value):
+        raise invalid(param, f"'{param}' is nested deeper than {S.MAX_DEPTH} levels.")
     return value
 
 
@@ -69,6 +77,9 @@ def parse_guided(body: dict) -> GuidedSpec | None:
             import json
             try:
                 v = json.loads(v)
+            except RecursionError:
+                raise invalid("guided_json", f"'guided_json' is nested deeper than "
+                              f"{S.MAX_DEPTH} levels.") from None
             except ValueError:
                 raise invalid("guided_json", "'guided_json' must be a JSON schema.") from None
         found.append(GuidedSpec("json_schema", _schema(v, "guided_json"), "guided_json"))
@@ -132,10 +143,7 @@ def compile_guided(spec: GuidedSpec, tok, open_objects: bool = False) -> S.Gramm
             src = S.gbnf(spec.source)
         else:                                       # vLLM's guided_grammar: GBNF or Lark
             from llguidance.gbnf_to_lark import any_to_lark
-            try:
-                src = S.lark(any_to_lark(spec.source))
-            except Exception as e:
-                raise S.GrammarError(f"invalid grammar: {e}") from None
+            src = S.lark(S.to_lark(any_to_lark, spec.source, "grammar"))
         return S.compile_grammar(src, tok, spec.kind.replace("_", " "))
     except S.GrammarError as e:
         raise invalid(spec.param, f"The {spec.param!r} could not be used: {e}",
@@ -187,6 +195,7 @@ def parse_tools(body: dict) -> ToolSpec | None:
         if not isinstance(params, dict):
             raise invalid(f"{w}.function.parameters", f"'{w}.function.parameters' must be a "
                           "JSON schema object.")
+        shallow(t, w)                   # the template's tojson and the schema walkers recurse
         if f["name"] in names:
             raise invalid(f"{w}.function.name", f"Duplicate tool name {f['name']!r}.")
         names.add(f["name"])

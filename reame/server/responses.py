@@ -20,6 +20,7 @@ from typing import Callable, Iterator
 from .. import __version__
 from ..generate import TextStream
 from ..scheduler import EngineFailure, Event, RequestTimeout, SchedulerStopped
+from ..structured import GrammarError
 from .metrics import Metrics, sequence_stats
 from .schemas import APIError, GenerationRequest
 
@@ -38,6 +39,8 @@ def error_for(e: BaseException, retry_after: int = 1) -> APIError:
                         {"Retry-After": str(retry_after)})
     if isinstance(e, EngineFailure):
         return APIError(500, str(e), "server_error", None, "engine_error")
+    if isinstance(e, GrammarError):         # the request's own grammar hit a limit mid-way
+        return APIError(400, str(e), "invalid_request_error", None, "invalid_grammar")
     return APIError(500, f"internal error: {type(e).__name__}", "server_error", None, None)
 
 

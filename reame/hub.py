@@ -222,6 +222,7 @@ def _download(hub, repo: str, filename: str, revision: str | None, s: dict) -> s
     import inspect
 
     from . import progress
+    _check_reachable(hub, repo, filename, revision, s)
     extra = {}
     hf_bars_off = os.environ.get("HF_HUB_DISABLE_PROGRESS_BARS", "").lower() in ("1", "true", "yes")
     if not hf_bars_off and "tqdm_class" in inspect.signature(hub.hf_hub_download).parameters:
@@ -229,6 +230,21 @@ def _download(hub, repo: str, filename: str, revision: str | None, s: dict) -> s
     return hub.hf_hub_download(repo_id=repo, filename=filename, revision=revision,
                                cache_dir=s["cache_dir"], token=s["token"], endpoint=s["endpoint"],
                                local_files_only=s["offline"], **extra)
+
+
+def _check_reachable(hub, repo: str, filename: str, revision: str | None, s: dict) -> None:
+    """One request to the Hub, when the file is not in the cache: hf_hub_download retries an
+    unreachable Hub five times over ~24 s before it reports a file it does not have. A connection
+    error raises (one line, from _explain); any answer, even an error, lets hf_hub_download go on
+    and report it."""
+    if s["offline"] or isinstance(hub.try_to_load_from_cache(
+            repo, filename, cache_dir=s["cache_dir"], revision=revision), str):
+        return
+    from huggingface_hub import constants, get_session
+    from huggingface_hub.utils import build_hf_headers
+    url = hub.hf_hub_url(repo, filename, revision=revision, endpoint=s["endpoint"])
+    get_session().head(url, headers=build_hf_headers(token=s["token"]),
+                       timeout=constants.HF_HUB_ETAG_TIMEOUT)
 
 
 def _is_connection_error(e: BaseException) -> bool:
@@ -251,6 +267,8 @@ def _explain(e: BaseException, arg: str, s: dict) -> str:
     if "EntryNotFoundError" in kind and "LocalEntryNotFoundError" not in kind:
         return f"{arg}: no such file in the repository"
     if _is_connection_error(e):
+        if s["offline"]:
+            return f"{arg}: not in the local cache and HF_HUB_OFFLINE is set"
         return f"{arg}: cannot reach {endpoint} and the file is not in the local cache"
     first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
     return f"{arg}: download failed: {first}"

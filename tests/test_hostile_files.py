@@ -243,3 +243,72 @@ def test_rope_values_that_crashed_generation(tmp_path, extra, want):
     commands = {"generate": LOADERS["generate"]}
     for name, msg in each_loader(tmp_path, p, commands):
         assert want in msg, (name, msg)
+
+
+# ---- item: the start-up environment (the CLI parts of item 11) ---------------------------------
+
+def test_serve_on_a_port_in_use(tmp_path, stories_path):
+    """Another process listens on the port. Catches leaving the bind to gunicorn: it retried
+    five times a second apart, logged ten ERROR lines and exited 1 (the old code). The socket
+    is bound before anything starts and handed to gunicorn (bind fd://N), so no other process
+    can take the port between a check and the bind."""
+    port = PORT + 1
+    with socket.socket() as busy:
+        busy.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        busy.bind(("127.0.0.1", port))
+        busy.listen()
+        for argv in (["serve", stories_path, "--port", port],
+                     ["serve", "--model", stories_path, "--port", port, "--host", "localhost"]):
+            msg = one_line_error(run_reame(tmp_path, *argv, "--adaptive", "off", timeout=60))
+            host = "localhost" if "localhost" in argv else "127.0.0.1"
+            assert msg == f"port {port} on {host} is in use", msg
+
+
+def test_serve_on_an_address_not_of_this_machine(tmp_path, stories_path):
+    """--host names an address no interface has (TEST-NET-2, RFC 5737). Catches the same
+    gunicorn retry loop ("Invalid address" five times)."""
+    msg = one_line_error(run_reame(tmp_path, "serve", stories_path, "--port", PORT,
+                                   "--host", "198.51.100.7", timeout=60))
+    assert msg == "cannot listen on 198.51.100.7: not an address of this machine", msg
+
+
+@pytest.fixture
+def no_network(monkeypatch, tmp_path):
+    """The Hub unreachable (HF_ENDPOINT on the discard port of this machine, nothing listening:
+    every connection refused at once) and an empty cache."""
+    env = {"HF_ENDPOINT": "http://127.0.0.1:9", "HF_HUB_CACHE": str(tmp_path / "hub-cache"),
+           "HF_HUB_DISABLE_IMPLICIT_TOKEN": "1"}
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    for k in ("HF_TOKEN", "HF_HOME", "HF_HUB_OFFLINE", "HUGGINGFACE_HUB_CACHE"):
+        monkeypatch.delenv(k, raising=False)
+    return env
+
+
+@pytest.mark.parametrize("name", ["hf://org/repo/model-Q8_0.gguf", "org/repo", "hf://org/repo"])
+def test_hub_name_without_network_does_not_retry(no_network, monkeypatch, name):
+    """No network and nothing cached. Catches handing a named file straight to
+    hf_hub_download: it retried an unreachable Hub five times with back-off sleeps (1+2+4+8+8
+    s, 24 s with "Retrying in 8s [Retry 5/5]" lines) before the error. time.sleep is recorded
+    here instead of slept, so the check does not depend on the machine's speed."""
+    import time as time_module
+
+    from reame.errors import ReameError
+    from reame.hub import resolve_model
+    slept = []
+    monkeypatch.setattr(time_module, "sleep", slept.append)
+    with pytest.raises(ReameError) as e:
+        resolve_model(name)
+    assert str(e.value) == (f"{name}: cannot reach http://127.0.0.1:9 and the file is not in "
+                            "the local cache")
+    assert slept == []
+
+
+def test_hub_name_without_network_cli(tmp_path, no_network):
+    """The same through `reame info` and `reame serve`: one line, exit 2 (the old code printed
+    ten retry lines over 24 s first)."""
+    name = "hf://org/repo/model-Q8_0.gguf"
+    for argv in (["info", name], ["serve", name, "--port", PORT]):
+        msg = one_line_error(run_reame(tmp_path, *argv, timeout=60, env=no_network))
+        assert msg == f"{name}: cannot reach http://127.0.0.1:9 and the file is not in the local " \
+                      "cache", msg

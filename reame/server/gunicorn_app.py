@@ -10,13 +10,16 @@ fork: one model replica and one engine thread per worker.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import shutil
+import socket
 import tempfile
 
 from gunicorn.app.base import BaseApplication
 
+from ..errors import ReameError
 from .config import ServerConfig
 
 WORKER_CLASS = "reame.server.worker.ReameWorker"
@@ -100,9 +103,38 @@ def worker_exit(server, worker) -> None:
             logging.getLogger("reame.server").exception("stopping the service failed")
 
 
-def run(config: ServerConfig, **kw) -> None:
-    """Serve until SIGINT/SIGTERM. Several workers share a metrics directory (see metrics.py)."""
+def listen_socket(host: str, port: int) -> socket.socket:
+    """The server's socket, bound now as gunicorn binds one (SO_REUSEADDR, TCP_NODELAY, IPv6 for
+    an address with a colon), so that a port in use or an address not of this machine is one
+    line before anything starts; gunicorn's own bind retries five times a second apart, logging
+    each, then exits 1. `run(listener=...)` hands it to gunicorn (bind fd://N): nothing else can
+    take the port in between."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    addr = host.strip("[]")
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.bind((addr, port))
+    except OSError as e:
+        sock.close()
+        if e.errno == errno.EADDRINUSE:
+            raise ReameError(f"port {port} on {addr} is in use") from None
+        if e.errno == errno.EADDRNOTAVAIL:
+            raise ReameError(f"cannot listen on {addr}: not an address of this machine") from None
+        if e.errno == errno.EACCES:
+            raise ReameError(f"port {port} on {addr}: permission denied") from None
+        raise ReameError(f"cannot listen on {addr} port {port}: "
+                         f"{e.strerror or e}") from None
+    return sock
+
+
+def run(config: ServerConfig, listener: socket.socket | None = None, **kw) -> None:
+    """Serve until SIGINT/SIGTERM, on `listener` when given (see listen_socket), else on the
+    host and port. Several workers share a metrics directory (see metrics.py)."""
     options = gunicorn_options(config, **kw)
+    if listener is not None:
+        options["bind"] = [f"fd://{listener.detach()}"]
     owns = False
     if options["workers"] > 1 and not config.metrics_dir:
         config.metrics_dir = tempfile.mkdtemp(prefix="reame-metrics-")

@@ -228,6 +228,12 @@ def config_from_gguf(gf) -> ModelConfig:
         raise ModelError(path, f"tensor token_embd.weight has shape {list(emb.shape)}, expected "
                                "2 dimensions [n_embd, n_vocab]")
     n_vocab = emb.shape[1]
+    tokens = md.get("tokenizer.ggml.tokens")
+    n_tokens = len(tokens) if isinstance(tokens, (list, np.ndarray)) else 0
+    if n_vocab < max(n_tokens, 1):         # a token id past the rows would index out of them
+        raise ModelError(path, f"tensor token_embd.weight has {n_vocab:,} rows for a vocabulary "
+                               f"of {n_tokens:,} tokens" if n_tokens else
+                               "tensor token_embd.weight has no rows")
     return ModelConfig(
         arch=arch,
         name=str(md.get("general.name", arch)),

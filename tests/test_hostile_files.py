@@ -201,6 +201,19 @@ def test_claimed_counts_are_checked_against_the_file(tmp_path, what, extra, coun
     assert want in str(e.value) and "\n" not in str(e.value), str(e.value)
 
 
+@pytest.mark.parametrize("rows", [100, 0])
+def test_embedding_rows_fewer_than_the_vocabulary(tmp_path, rows):
+    """token_embd and output with 100 (or 0) rows for stories' 512-token vocabulary. Catches
+    taking the vocabulary size from the tensor alone: the first prompt token past the rows was
+    an IndexError traceback (reference engine) or "token id outside the vocabulary" (JIT), in
+    `generate` and in every request to a server."""
+    p = hostile(tmp_path / "m.gguf", dims={"token_embd.weight": [64, rows],
+                                           "output.weight": [64, rows]})
+    for name, msg in each_loader(tmp_path, p, {"generate": LOADERS["generate"]}):
+        assert msg == (f"{p}: tensor token_embd.weight has {rows} rows for a vocabulary of 512 "
+                       "tokens"), msg
+
+
 # ---- item: recursion --------------------------------------------------------------------------
 
 def test_arrays_nested_5000_deep(tmp_path):
@@ -302,6 +315,18 @@ def test_hub_name_without_network_does_not_retry(no_network, monkeypatch, name):
     assert str(e.value) == (f"{name}: cannot reach http://127.0.0.1:9 and the file is not in "
                             "the local cache")
     assert slept == []
+
+
+def test_hub_offline_and_not_cached(no_network, monkeypatch):
+    """HF_HUB_OFFLINE=1 and a named file not in the cache. Catches reporting it as a network
+    failure ("cannot reach https://huggingface.co"), when no request was made."""
+    from reame.errors import ReameError
+    from reame.hub import resolve_model
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    name = "hf://org/repo/model-Q8_0.gguf"
+    with pytest.raises(ReameError) as e:
+        resolve_model(name)
+    assert str(e.value) == f"{name}: not in the local cache and HF_HUB_OFFLINE is set"
 
 
 def test_hub_name_without_network_cli(tmp_path, no_network):

@@ -136,7 +136,7 @@ def add_serve_command(subparsers) -> None:
 
 def cmd_serve(args) -> int:
     from .config import ServerConfig
-    from .gunicorn_app import listen_socket, run
+    from .gunicorn_app import run
 
     pin = args.pin or os.environ.get("REAME_PIN") or "auto"
     from ..topology import Topology
@@ -179,8 +179,7 @@ def cmd_serve(args) -> int:
         adaptive_report=args.adaptive_report, tpot_limit=args.tpot_limit, pin=pin,
         speculate=args.speculate, speculate_tokens=args.speculate_tokens,
         kernel_tuning=args.kernel_tuning)
-    listener = listen_socket(args.host, args.port)      # a port in use: one line, at once
-    run(config, listener, host=args.host, port=args.port, workers=args.workers,
+    run(config, host=args.host, port=args.port, workers=args.workers,
         http_threads=args.http_threads, log_level=args.log_level, access_log=args.access_log)
     return 0
 

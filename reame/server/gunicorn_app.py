@@ -107,8 +107,8 @@ def listen_socket(host: str, port: int) -> socket.socket:
     """The server's socket, bound now as gunicorn binds one (SO_REUSEADDR, TCP_NODELAY, IPv6 for
     an address with a colon), so that a port in use or an address not of this machine is one
     line before anything starts; gunicorn's own bind retries five times a second apart, logging
-    each, then exits 1. `run(listener=...)` hands it to gunicorn (bind fd://N): nothing else can
-    take the port in between."""
+    each, then exits 1. `run` hands it to gunicorn (bind fd://N): nothing else can take the port
+    in between."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     addr = host.strip("[]")
     sock = socket.socket(family, socket.SOCK_STREAM)
@@ -129,12 +129,11 @@ def listen_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
-def run(config: ServerConfig, listener: socket.socket | None = None, **kw) -> None:
-    """Serve until SIGINT/SIGTERM, on `listener` when given (see listen_socket), else on the
-    host and port. Several workers share a metrics directory (see metrics.py)."""
-    options = gunicorn_options(config, **kw)
-    if listener is not None:
-        options["bind"] = [f"fd://{listener.detach()}"]
+def run(config: ServerConfig, host: str = "127.0.0.1", port: int = 8000, **kw) -> None:
+    """Serve until SIGINT/SIGTERM on a socket bound first (listen_socket: ReameError when it
+    cannot be). Several workers share a metrics directory (see metrics.py)."""
+    options = gunicorn_options(config, host=host, port=port, **kw)
+    options["bind"] = [f"fd://{listen_socket(host, port).detach()}"]
     owns = False
     if options["workers"] > 1 and not config.metrics_dir:
         config.metrics_dir = tempfile.mkdtemp(prefix="reame-metrics-")

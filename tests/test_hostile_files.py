@@ -154,8 +154,9 @@ def test_block_count_bomb(tmp_path):
 
 def test_tensor_size_that_wraps_around_int64(tmp_path):
     """token_embd and output claim 64 x 2^58 elements: 2^64, which an int64 product (numpy's)
-    wraps to 0 bytes, so the truncation check passed and a 2^58-token vocabulary went on to
-    size the logits. Catches computing tensor sizes in fixed-width integers."""
+    wraps to 0 bytes, so the truncation check passed: `info` reported a 2^58-token vocabulary
+    and `generate` crashed reshaping the empty embedding (the old code). Catches computing
+    tensor sizes in fixed-width integers."""
     big = [64, 1 << 58]
     p = hostile(tmp_path / "wrap.gguf", dims={"token_embd.weight": big, "output.weight": big})
     for name, msg in each_loader(tmp_path, p, {"info": LOADERS["info"]}):
@@ -304,12 +305,10 @@ def test_hub_name_without_network_does_not_retry(no_network, monkeypatch, name):
     hf_hub_download: it retried an unreachable Hub five times with back-off sleeps (1+2+4+8+8
     s, 24 s with "Retrying in 8s [Retry 5/5]" lines) before the error. time.sleep is recorded
     here instead of slept, so the check does not depend on the machine's speed."""
-    import time as time_module
-
     from reame.errors import ReameError
     from reame.hub import resolve_model
     slept = []
-    monkeypatch.setattr(time_module, "sleep", slept.append)
+    monkeypatch.setattr(time, "sleep", slept.append)
     with pytest.raises(ReameError) as e:
         resolve_model(name)
     assert str(e.value) == (f"{name}: cannot reach http://127.0.0.1:9 and the file is not in "

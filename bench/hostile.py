@@ -4,8 +4,9 @@
 
 Starts `reame serve` (SmolLM2-135M-Instruct Q4_1 from the shared files by default) on a free
 loopback port, measures a normal client alone (short greedy chat completions, one after
-another: its unloaded p95), then replays each attack below while that client keeps going, and
-for each prints and records:
+another: its unloaded p95), then replays each attack below while that client keeps going (the
+attacks come from 127.0.0.2, the normal client from 127.0.0.1: two clients), and for each
+prints and records:
 
 - `5xx`: responses >= 500 the attack's own requests got (a client's fault is never a 5xx),
   and `4xx_body`: the largest 4xx body (an error must be short, never an echo of the input);
@@ -41,6 +42,7 @@ from typing import Callable
 REPO = Path(__file__).resolve().parent.parent
 SHARED = Path(os.environ.get("REAME_SHARED", REPO.parent / "shared"))
 CHAT = "/v1/chat/completions"
+ATTACKER = ("127.0.0.2", 0)    # the attacks' source address: another client than the normal one
 NORMAL = {"messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 8,
           "temperature": 0}
 
@@ -105,8 +107,8 @@ class Server:
 
 
 def request(method: str, host: str, path: str, body=None, headers=None,
-            timeout: float = 120.0) -> tuple[int, bytes]:
-    conn = HTTPConnection(host, timeout=timeout)
+            timeout: float = 120.0, source=None) -> tuple[int, bytes]:
+    conn = HTTPConnection(host, timeout=timeout, source_address=source)
     try:
         data = body if isinstance(body, (bytes, type(None))) else json.dumps(body).encode()
         conn.request(method, path, body=data,
@@ -120,7 +122,7 @@ def request(method: str, host: str, path: str, body=None, headers=None,
 def raw(host: str, data: bytes, wait: float = 10.0) -> tuple[int | None, bytes]:
     """Send bytes as they are; (status, body) of the answer, None if none came."""
     h, p = host.split(":")
-    with socket.create_connection((h, int(p)), timeout=wait) as s:
+    with socket.create_connection((h, int(p)), timeout=wait, source_address=ATTACKER) as s:
         s.sendall(data)
         got = b""
         try:
@@ -211,7 +213,7 @@ def posts(host: str, path: str, bodies: list, timeout: float = 120.0) -> Outcome
 
 def _post(host, path, body, timeout):
     try:
-        return request("POST", host, path, body, timeout=timeout)
+        return request("POST", host, path, body, timeout=timeout, source=ATTACKER)
     except OSError as e:
         return type(e).__name__, b""
 
@@ -225,7 +227,7 @@ def idle_chunked_uploads(host: str, n: int = 340, hold: float = 8.0) -> Outcome:
     h, p = host.split(":")
     socks = []
     for _ in range(n):
-        s = socket.create_connection((h, int(p)), timeout=10)
+        s = socket.create_connection((h, int(p)), timeout=10, source_address=ATTACKER)
         s.sendall(CHUNKED + b"0000000000000000010\r\nabc")
         socks.append(s)
     time.sleep(hold)
@@ -275,7 +277,7 @@ def many_prompts(host: str, hold: float = 25.0) -> Outcome:
     prompts = [f"{i} " + "hello " * 3990 for i in range(128)]
     try:
         st, body = request("POST", host, "/v1/completions",
-                           {"prompt": prompts, "max_tokens": 1}, timeout=hold)
+                           {"prompt": prompts, "max_tokens": 1}, timeout=hold, source=ATTACKER)
     except OSError as e:
         st, body = type(e).__name__, b""
     o = Outcome([st])
@@ -291,7 +293,7 @@ def unread_streams(host: str, n: int = 50, hold: float = 20.0) -> Outcome:
     h, p = host.split(":")
     socks = []
     for _ in range(n):
-        s = socket.create_connection((h, int(p)), timeout=10)
+        s = socket.create_connection((h, int(p)), timeout=10, source_address=ATTACKER)
         s.sendall(b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                   b"Content-Length: %d\r\n\r\n" % (CHAT.encode(), len(body)) + body)
         socks.append(s)
@@ -331,7 +333,7 @@ def cut_streams(host: str, n: int = 24) -> Outcome:
 
     def one(i):
         h, p = host.split(":")
-        with socket.create_connection((h, int(p)), timeout=30) as s:
+        with socket.create_connection((h, int(p)), timeout=30, source_address=ATTACKER) as s:
             s.sendall(b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                       b"Content-Length: %d\r\n\r\n" % (CHAT.encode(), len(body)) + body)
             s.recv(200 + 40 * i)              # cut at a different point each

@@ -517,6 +517,7 @@ def test_hot_prefixes_are_saved_and_computed_again_at_start(model, tmp_path):
     """Prompts sharing a 40-token prefix (2 blocks of 16) find it cached; the runtime saves it
     as a hot prefix, and a restarted server computes it before the first request, which then
     finds it cached (catches: a strategy without prefixes, or prefixes never computed)."""
+    from reame.server.warmup import PrefixWarmer
     prefix, prompts = shared_prefix_prompts(model, seed=3, n=5, tail=5)
     eng = engine(model)
     params = SchedulerParams(max_batch=4)
@@ -537,9 +538,11 @@ def test_hot_prefixes_are_saved_and_computed_again_at_start(model, tmp_path):
     assert rt2.saved_prefixes == [prefix[:32]]
     s2 = Scheduler(eng2, params2, adaptive=rt2).start()
     try:
-        warm = rt2.warm(s2)
-        while warm.out.get(timeout=120 * TIME_SCALE) is not DONE:
-            pass
+        warm = PrefixWarmer(s2, rt2.saved_prefixes, block_size=16)      # as the server does
+        while warm.tick():
+            if warm.current is not None:
+                while warm.current.out.get(timeout=120 * TIME_SCALE) is not DONE:
+                    pass
         assert run_prompts(model, s2, prompts[:1]) == [32]    # the first request hits
     finally:
         s2.stop()

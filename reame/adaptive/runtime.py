@@ -433,20 +433,6 @@ class AdaptiveRuntime:
                 out.append(toks)
         return out
 
-    def warm(self, scheduler):
-        """Compute the saved hot prefixes into the prefix cache (queued like any prompt, ahead
-        of the first requests); returns the queued request (None: nothing to do)."""
-        if not self.saved_prefixes:
-            return None
-        try:
-            req = scheduler.submit_embeddings(self.saved_prefixes, pooling="last")
-        except Exception as e:                   # a full queue, a stopped engine: not needed
-            log.warning("adaptive: hot prefixes not computed: %s", e)
-            return None
-        log.info("adaptive: computing %d hot prefixes (%d tokens) into the prefix cache",
-                 len(self.saved_prefixes), sum(map(len, self.saved_prefixes)))
-        return req
-
     # ---- controls ----
 
     def freeze(self) -> None:

@@ -40,19 +40,33 @@ Fallback when the GGUF has no template: ChatML when the vocabulary has `<|im_sta
     <system>\\n\\nUser: <user>\\n\\nAssistant: <assistant>\\n\\nUser: ...\\n\\nAssistant:
 
 `--chat-template-file` (override_path) replaces either.
+
+Bounds (issue 29): a render may run at most MAX_LOOP_STEPS loop iterations (every `{% for %}`
+body counts one, nested loops each of theirs) and RENDER_SECONDS; `+` and `*` may not build a
+string or list over MAX_TEXT items. A template's loops may be driven by client data
+(`chat_template_kwargs`, the number of messages), so an exceeded bound is a TemplateError (a
+400), not a stalled server. Client values reach the template as a context dict, so a
+`chat_template_kwargs` key such as `self` cannot collide with a Python parameter.
+
+Control tokens: `encode` keeps every client string from becoming a control token, not only
+message contents: tool names, descriptions and parameter schemas, the calls and arguments of
+assistant messages, message names and ids, `chat_template_kwargs` values (see `encode`).
 """
 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
+import re
+import time
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cached_property
 from typing import Any, Iterable
 
 import jinja2
-from jinja2 import nodes
+from jinja2 import nodes, pass_context
 from jinja2.ext import Extension, loopcontrols
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
@@ -104,25 +118,89 @@ def _strftime_now(fmt):
     return datetime.now().strftime(fmt)
 
 
+MAX_LOOP_STEPS = 1_000_000     # loop iterations per render (a tool conversation: ~100s)
+RENDER_SECONDS = 5.0           # per render, checked at every loop iteration
+MAX_TEXT = 1 << 24             # characters (items) a `+` or `*` may build
+_TICK = "__reame_loop_step"    # the context name of the per-render budget (not a kwarg: set last)
+
+
+class _OverBudget(Exception):
+    pass
+
+
+class _Budget:
+    """One render's allowance: `step()` runs at the top of every loop body."""
+
+    def __init__(self):
+        self.steps = 0
+        self.deadline = time.monotonic() + RENDER_SECONDS
+
+    def step(self) -> str:
+        self.steps += 1
+        if self.steps > MAX_LOOP_STEPS:
+            raise _OverBudget(f"its loops ran over {MAX_LOOP_STEPS:,} iterations")
+        if not self.steps & 1023 and time.monotonic() > self.deadline:
+            raise _OverBudget(f"it ran over {RENDER_SECONDS:g} s")
+        return ""
+
+
+def _sized(x) -> int:
+    return len(x) if isinstance(x, (str, list, tuple)) else 0
+
+
+@pass_context
+def _loop_step(context, _):
+    return context[_TICK].step()
+
+
+class _Environment(ImmutableSandboxedEnvironment):
+    """transformers' sandbox, with a loop-step budget compiled into every `{% for %}` body and
+    `+` / `*` refusing to build strings or lists over MAX_TEXT."""
+    intercepted_binops = frozenset(["+", "*"])
+
+    def call_binop(self, context, operator, left, right):
+        if operator == "*":
+            n = _sized(left) * right if isinstance(right, int) else \
+                _sized(right) * left if isinstance(left, int) else 0
+        else:
+            n = _sized(left) + _sized(right)
+        if n > MAX_TEXT:
+            raise _OverBudget(f"it built a value of {n:,} items (at most {MAX_TEXT:,})")
+        return super().call_binop(context, operator, left, right)
+
+    def _parse(self, source, name, filename):
+        tree = super()._parse(source, name, filename)
+        for loop in tree.find_all(nodes.For):     # a filter: called directly, unlike a global
+            step = nodes.ExprStmt(nodes.Filter(nodes.Const(None), _TICK, [], [], None, None))
+            step.set_lineno(loop.lineno)
+            loop.body.insert(0, step)
+        return tree
+
+
 def _environment() -> ImmutableSandboxedEnvironment:
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                        extensions=[_GenerationTag, loopcontrols])
+    env = _Environment(trim_blocks=True, lstrip_blocks=True,
+                       extensions=[_GenerationTag, loopcontrols])
     env.filters["tojson"] = _tojson
+    env.filters[_TICK] = _loop_step
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = _strftime_now
     return env
 
 
-def _one_line(text: str) -> str:
-    return " ".join(str(text).split())
+def _one_line(text: str, limit: int = 300) -> str:
+    line = " ".join(str(text).split())
+    return line if len(line) <= limit else line[:limit - 3] + "..."
 
 
 def normalize_messages(messages: Iterable[dict]) -> list[dict]:
     """Copies of `messages` with list-of-parts content joined into one string."""
+    from .structured import MAX_DEPTH, too_deep
     out = []
     for i, m in enumerate(messages):
         if not isinstance(m, dict):
             raise TemplateError(f"message {i} is not an object")
+        if too_deep(m, MAX_DEPTH):          # tool calls are any JSON; the walkers recurse
+            raise TemplateError(f"message {i} is nested deeper than {MAX_DEPTH} levels")
         m = dict(m)
         content = m.get("content")
         if isinstance(content, list):
@@ -190,12 +268,121 @@ def _template_call(call) -> dict:
         if isinstance(args, str):
             try:
                 value = json.loads(args)
-            except ValueError:
+            except (ValueError, RecursionError):
                 value = None
             if isinstance(value, dict):
                 f["arguments"] = value
         call["function"] = f
     return call
+
+
+# marker characters for client pieces (two not in the prompt are taken): private use areas
+_MARKER_CODES = (range(0xE000, 0xF900), range(0xF0000, 0xFFFFE))
+
+
+class _ControlText:
+    """The control-token texts of a vocabulary (what parse_special matches, as
+    Tokenizer.has_special_text), to find them in client strings."""
+
+    _cache: dict[int, tuple] = {}
+
+    def __init__(self, tok):
+        from .tokenizer.vocab import ATTR_CONTROL, ATTR_UNKNOWN
+        v = tok.vocab
+        texts = sorted({v.tokens[i] for i in v.special_cache
+                        if v.tokens[i] and v.attrs[i] & (ATTR_CONTROL | ATTR_UNKNOWN)},
+                       key=len, reverse=True)
+        self.pattern = re.compile("|".join(map(re.escape, texts))) if texts else None
+        self.heads = {t[:k] for t in texts for k in range(1, len(t))}     # proper prefixes
+        self.tails = {t[k:] for t in texts for k in range(1, len(t))}     # proper suffixes
+        self.longest = max(map(len, texts), default=0)
+
+    @classmethod
+    def of(cls, tok) -> "_ControlText":
+        hit = cls._cache.get(id(tok))
+        if hit is None or hit[0] is not tok:
+            hit = cls._cache[id(tok)] = (tok, cls(tok))
+        return hit[1]
+
+    def spans(self, s: str) -> list[tuple[int, int]]:
+        """Where `s` spells a control token, or begins (ends) with the end (start) of one:
+        merged, in order."""
+        if self.pattern is None or not s:
+            return []
+        found = [m.span() for m in self.pattern.finditer(s)]
+        n = len(s)
+        for k in range(min(self.longest - 1, n), 0, -1):
+            if s[n - k:] in self.heads:
+                found.append((n - k, n))
+                break
+        for k in range(min(self.longest - 1, n), 0, -1):
+            if s[:k] in self.tails:
+                found.append((0, k))
+                break
+        found.sort()
+        out: list[tuple[int, int]] = []
+        for a, b in found:
+            if out and a <= out[-1][1]:
+                out[-1] = (out[-1][0], max(out[-1][1], b))
+            else:
+                out.append((a, b))
+        return out
+
+    def _strings(self, value):
+        """Every string in decoded JSON (object keys too), without recursion."""
+        stack = [value]
+        while stack:
+            v = stack.pop()
+            if isinstance(v, str):
+                yield v
+            elif isinstance(v, dict):
+                stack.extend(v.keys())
+                stack.extend(v.values())
+            elif isinstance(v, (list, tuple)):
+                stack.extend(v)
+
+    def risky_strings(self, value) -> list[str]:
+        return [x for x in self._strings(value) if self.spans(x)]
+
+    def mark(self, value, o: str, c: str):
+        """A copy of `value` with each span of each string between `o` and `c`."""
+        def wrap(s: str) -> str:
+            spans = self.spans(s)
+            if not spans:
+                return s
+            parts, pos = [], 0
+            for a, b in spans:
+                parts += [s[pos:a], o, s[a:b], c]
+                pos = b
+            parts.append(s[pos:])
+            return "".join(parts)
+
+        def walk(v):
+            if isinstance(v, str):
+                return wrap(v)
+            if isinstance(v, dict):
+                return {walk(k): walk(x) for k, x in v.items()}
+            if isinstance(v, (list, tuple)):
+                return type(v)(walk(x) for x in v)
+            return v
+        return walk(value)
+
+
+def _split_marked(text: str, o: str, c: str) -> list[tuple[str, bool]] | None:
+    """`text` without the markers, as (piece, parse_special) segments: the pieces between `o`
+    and `c` are not parsed. None when the markers do not pair up."""
+    segments, depth, pos = [], 0, 0
+    for m in re.finditer(re.escape(o) + "|" + re.escape(c), text):
+        if m.start() > pos:
+            segments.append((text[pos:m.start()], depth == 0))
+        depth += 1 if m.group(0) == o else -1
+        if depth < 0:
+            return None
+        pos = m.end()
+    if depth:
+        return None
+    segments.append((text[pos:], True))
+    return [(t, p) for t, p in segments if t]
 
 
 class ChatTemplate:
@@ -255,8 +442,11 @@ class ChatTemplate:
         ctx = dict(extra)
         ctx.update(messages=messages, add_generation_prompt=add_generation_prompt,
                    bos_token=self.bos_token, eos_token=self.eos_token, tools=tools)
+        ctx[_TICK] = _Budget()
         try:
-            return self._template.render(**ctx)
+            return self._template.render(ctx)           # a dict: any key is only a variable
+        except _OverBudget as e:
+            raise TemplateError(f"chat template stopped: {e}") from None
         except _RaisedByTemplate as e:
             raise TemplateError(f"chat template rejected the conversation: {_one_line(e)}") \
                 from None
@@ -274,7 +464,7 @@ class ChatTemplate:
         except TemplateError:
             return False
 
-    def render(self, messages: list[dict], add_generation_prompt: bool = True, tools=None,
+    def render(self, messages: list[dict], /, add_generation_prompt: bool = True, tools=None,
                **extra) -> str:
         """The prompt text. Raises TemplateError (one line) when the template fails."""
         return self._render_raw(self._prepare(messages, tools), add_generation_prompt, tools,
@@ -400,64 +590,47 @@ class ChatTemplate:
 
     # -- tokenizing -----------------------------------------------------------------------
 
-    def encode(self, tok, messages: list[dict], add_generation_prompt: bool = True, tools=None,
-               **extra) -> list[int]:
-        """Prompt token ids for `messages`: the template's text has its special tokens parsed,
-        message contents do not (a user who types `<|im_end|>` gets those characters, not the
-        control token). BOS is added when the vocabulary asks for it and the template did not
-        write it already (no double BOS).
+    def encode(self, tok, messages: list[dict], /, add_generation_prompt: bool = True,
+               tools=None, **extra) -> list[int]:
+        """Prompt token ids for `messages`: the template's text has its control tokens parsed,
+        no client string does (a user who types `<|im_end|>` gets those characters, not the
+        control token) - message contents, names and ids, tool calls and their arguments, the
+        tools (names, descriptions, parameter schemas: keys too) and `extra`
+        (chat_template_kwargs). BOS is added when the vocabulary asks for it and the template
+        did not write it already (no double BOS).
 
-        Contents are located by rendering once more with each content that spells a special
-        token replaced by a unique marker; when a template transforms contents so that the
-        markers do not come back verbatim, such contents are located by search instead."""
+        When a client string spells a control token (or, at either end, part of one: two
+        strings side by side must not make one either), the template is rendered once more
+        with each such piece between two marker characters that occur nowhere in the prompt;
+        the marked pieces are tokenized as text. When the markers do not come back so that
+        removing them gives the prompt (a template that cuts or counts such a string), the
+        request is refused (TemplateError) rather than parsed."""
         msgs = self._prepare(messages, tools)
         text = self._render_raw(msgs, add_generation_prompt, tools, extra)
-        segments = self._segments(tok, msgs, text, add_generation_prompt, tools, extra)
+        segments = self._segments(tok, text, messages, add_generation_prompt, tools, extra)
         ids = tok.encode_segments(segments, add_special=False)
         if tok.add_bos and tok.bos_id is not None and (not ids or ids[0] != tok.bos_id):
             ids.insert(0, tok.bos_id)
         return ids
 
-    def _segments(self, tok, msgs, text, add_generation_prompt, tools, extra):
-        risky = [i for i, m in enumerate(msgs)
-                 if isinstance(m.get("content"), str) and tok.has_special_text(m["content"])]
+    def _segments(self, tok, text, messages, add_generation_prompt, tools, extra):
+        guard = _ControlText.of(tok)
+        risky = guard.risky_strings((messages, tools, extra))
         if not risky:
             return [(text, True)]
-        marked = [dict(m) for m in msgs]
-        markers = {}
-        for k, i in enumerate(risky):
-            marker = f"\ue000{k}\ue001"
-            markers[marker] = msgs[i]["content"]
-            marked[i]["content"] = marker
+        used = set(text)
+        free = (ch for ch in map(chr, itertools.chain(*_MARKER_CODES)) if ch not in used)
+        o, c = next(free), next(free)
         try:
-            mtext = self._render_raw(marked, add_generation_prompt, tools, extra)
-        except TemplateError:
+            mm, mt, mx = guard.mark((messages, tools, extra), o, c)
+            mtext = self._render_raw(self._prepare(mm, mt), add_generation_prompt, mt, mx)
+        except (TemplateError, RecursionError):
             mtext = None
-        if mtext is not None and all(mtext.count(mk) == 1 for mk in markers):
-            segments, rebuilt, pos = [], [], 0
-            order = sorted(markers, key=mtext.index)
-            for mk in order:
-                at = mtext.index(mk, pos)
-                segments += [(mtext[pos:at], True), (markers[mk], False)]
-                rebuilt += [mtext[pos:at], markers[mk]]
-                pos = at + len(mk)
-            segments.append((mtext[pos:], True))
-            rebuilt.append(mtext[pos:])
-            if "".join(rebuilt) == text:
-                return segments
-        # fallback: find each risky content (or its stripped form) in order
-        segments, pos = [], 0
-        for i in risky:
-            c = msgs[i]["content"]
-            at = text.find(c, pos)
-            if at < 0 and c.strip():
-                c = c.strip()
-                at = text.find(c, pos)
-            if at < 0:
-                continue
-            segments += [(text[pos:at], True), (c, False)]
-            pos = at + len(c)
-        segments.append((text[pos:], True))
+        segments = _split_marked(mtext, o, c) if mtext is not None else None
+        if segments is None or "".join(t for t, _ in segments) != text:
+            raise TemplateError(f"a request field spells a control token ({_one_line(risky[0], 60)})"
+                                " and the chat template transforms it, so it cannot be kept "
+                                "apart from the template's own control tokens")
         return segments
 
     def __repr__(self) -> str:

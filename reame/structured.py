@@ -31,6 +31,7 @@ from __future__ import annotations
 import json
 import re
 import threading
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -54,13 +55,23 @@ def _llg():
 _LIMITS = None
 
 
+# Earley items in one row (llguidance's default 2000). A step's cost grows with the square
+# of it: the ambiguous GBNF `root ::= s "y"` / `s ::= s s | "x"` reached 0.5 s per token and
+# 100 s in all before its row hit 2000; at 500 it fails after 250 tokens, 14 ms at most per
+# token. Tool grammars of 128 tools and JSON schemas with anyOf of 60 objects need under 200.
+MAX_ITEMS_IN_ROW = 500
+# one mask computation longer than this ends the request (a safety net: masks take ~1 ms)
+STEP_SECONDS = 0.5
+
+
 def limits():
-    """The llguidance limits of every matcher: its defaults (one mask step ~ tens of ms at
-    most: 200k lexer fuel, 50k Earley items; 250k lexer states; 500k grammar symbols) with
+    """The llguidance limits of every matcher: its defaults (200k lexer fuel and 50k Earley
+    items per step, 250k lexer states, 500k grammar symbols) but MAX_ITEMS_IN_ROW, with
     `verbose_errors` off, so that an error carries neither the grammar nor the parser state."""
     global _LIMITS
     if _LIMITS is None:
-        _LIMITS = _llg().LLParserLimits(verbose_errors=False)
+        _LIMITS = _llg().LLParserLimits(max_items_in_row=MAX_ITEMS_IN_ROW,
+                                        verbose_errors=False)
     return _LIMITS
 
 
@@ -433,11 +444,16 @@ class Constraint:
         self.words = (self.n_vocab + 31) // 32
         self._bits = np.zeros((1, self.words), np.int32)
         self._ready = False                  # _bits holds the mask of the current state
+        self._slow = 0.0                     # a mask that took over STEP_SECONDS: its time
 
     def prepare(self) -> None:
         """Compute the next token's mask now (any thread; llguidance drops the GIL)."""
         if not self._ready:
+            t = time.perf_counter()
             self.matcher.unsafe_compute_mask_ptr(self._bits.ctypes.data, self._bits.nbytes)
+            t = time.perf_counter() - t
+            if t > STEP_SECONDS:
+                self._slow = t
             self._ready = True
 
     def mask(self) -> np.ndarray:
@@ -447,6 +463,9 @@ class Constraint:
         if self.matcher.is_error():
             raise GrammarError(f"the {self.origin} failed during generation: "
                                f"{short_error(self.matcher.get_error())}")
+        if self._slow:
+            raise GrammarError(f"the {self.origin} took {self._slow:.2f} s to compute one "
+                               f"token's choices (at most {STEP_SECONDS:g} s)")
         return np.unpackbits(self._bits.view(np.uint8), count=self.n_vocab,
                              bitorder="little").view(bool)
 
@@ -454,7 +473,7 @@ class Constraint:
         """Advance past a sampled token (it was allowed)."""
         self._ready = False
         if not self.matcher.consume_token(token):
-            raise GrammarError(f"token {token} does not continue the {self.origin}: "
+            raise GrammarError(f"the {self.origin} failed during generation at token {token}: "
                                f"{short_error(self.matcher.get_error())}")
 
     @property

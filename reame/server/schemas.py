@@ -393,10 +393,25 @@ def parse_chat(body: dict, n_vocab: int, max_n: int) -> GenerationRequest:
                       "supported: use tool_choice 'none', or no tools.",
                       "unsupported_parameter")
     req.messages = messages
-    req.chat_template_kwargs = b.chat_template_kwargs or {}
+    req.chat_template_kwargs = _template_kwargs(b.chat_template_kwargs or {})
     req.tools = tools
     req.reasoning_effort = b.reasoning_effort
     return req
+
+
+def _template_kwargs(kw: dict) -> dict:
+    """`chat_template_kwargs`: template variables, so each key an identifier (a template can
+    name no other); values any JSON a template can read, at most structured.MAX_DEPTH deep.
+    They reach the template as a context dict (a key such as `self` collides with nothing)."""
+    from ..structured import MAX_DEPTH, too_deep
+    for k, v in kw.items():
+        if not k.isidentifier():
+            raise invalid("chat_template_kwargs", f"'chat_template_kwargs' keys must be "
+                          f"identifiers (template variable names), not {k[:40]!r}.")
+        if too_deep(v):
+            raise invalid(f"chat_template_kwargs.{k}", f"'chat_template_kwargs.{k}' is nested "
+                          f"deeper than {MAX_DEPTH} levels.")
+    return kw
 
 
 # ---- /v1/completions ----

@@ -179,10 +179,11 @@ def test_forced_text_reaches_the_tokenizer_in_bounded_pieces(stories_model):
 def test_a_grammar_failing_mid_generation_ends_its_request_with_a_short_400(stories):
     """An ambiguous GBNF (`s ::= s s | "x"`, the model pushed to "x" by logit_bias) accepted,
     then its Earley rows grow with every token until a limit stops it. The request ends with a
-    short 400 invalid_grammar, and a request beside it is answered. Catches wrapping the error
-    as an engine failure (the old 500 "sampling failed: GrammarError: ..." with the parser
-    state) and llguidance's default 2000 items per row (0.5 s per token, 100 s of masks in
-    all before it failed; max_tokens 400 ran out first: a 200 after 10-20 s)."""
+    short 400 invalid_grammar, and a request beside it is answered. Catches llguidance's
+    default 2000 items per row (here the old code wrote its 400 x's and answered 200, each
+    mask slower than the last; on SmolLM2 with max_tokens 1000 it failed after 213 s, having
+    stalled a streaming client 182 s) and wrapping the error as an engine failure (that was
+    a 500 "sampling failed: GrammarError: ..." of 1.7 KB with the parser state)."""
     tok = stories.app.reame.service.tok
     xs = {str(i): 100 for i in range(tok.n_vocab) if tok.token_bytes(i) == b"x"}
     out = {}
@@ -316,10 +317,11 @@ LOOPS = ("{% for i in range(n) %}{% for j in range(n) %}{% endfor %}{% endfor %}
 
 
 def test_a_template_loop_driven_by_client_data_is_a_400(stories_model, tmp_path):
-    """A template whose nested loops run n*n times for a client's n (9,000,000 iterations: ~2 s
-    unbounded; n = 10,000 was 100 s): a short 400 once the render passes MAX_LOOP_STEPS; a
-    small n renders. And `'x' * n` from a client's n may not build a gigabyte. Catches an
-    unbounded render, and a bound that is checked only after it."""
+    """A template whose nested loops run n*n times for a client's n (n = 3000: 9,000,000 empty
+    iterations, 0.26 s unbounded here; n = 12,247 is 1.5x10^8: 4.3 s, 19 s in the issue's
+    reproduction): a short 400 once the render passes MAX_LOOP_STEPS; a small n renders. And
+    `'x' * m` from a client's m may not build a gigabyte. Catches an unbounded render (the old
+    code answered 200), and a bound that is checked only after it."""
     f = tmp_path / "loops.jinja"
     f.write_text(LOOPS + "{{ 'x' * (m or 0) }}")
     app = make_app(stories_model, chat_template_file=str(f))

@@ -88,8 +88,9 @@ def short_error(message: str) -> str:
 
 def _check_size(size: int, what: str) -> None:
     if size > grammar_size.MAX_SIZE:
-        raise GrammarError(f"the {what} repeats fixed text up to {size:,} characters long "
-                           f"(counted repetitions nested; at most {grammar_size.MAX_SIZE:,})")
+        raise GrammarError(f"the {what} can force {size:,} characters of fixed text "
+                           f"(literals times nested repetition counts; at most "
+                           f"{grammar_size.MAX_SIZE:,})")
 
 
 # ---- the tokenizer, once per vocabulary ----

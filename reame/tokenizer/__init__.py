@@ -2,6 +2,7 @@
 llama.cpp's test vectors, and the streaming detokenizer. See docs/tokenizers.md."""
 
 from .detokenize import IncrementalDecoder
+from .merge import TokenLimit
 from .tokenizer import Tokenizer
 
-__all__ = ["Tokenizer", "IncrementalDecoder"]
+__all__ = ["Tokenizer", "IncrementalDecoder", "TokenLimit"]

@@ -45,9 +45,12 @@ class BPE:
             for i, k in enumerate(keys):
                 self.ranks.setdefault(k, i)
         self.cache: dict[str, list[int]] = {}
+        # the most characters one token spells (its text: one character per byte, or the text)
+        self.width = max(map(len, vocab.tokens))
 
-    def encode(self, text: str, out: list[int]) -> None:
-        encode_words(self.pre.split(text), self.cache, self.encode_word, out)
+    def encode(self, text: str, out: list[int], limit: int | None = None) -> None:
+        """Append the ids of `text` to `out`; TokenLimit past `limit` ids (encode_words)."""
+        encode_words(self.pre.split(text), self.cache, self.encode_word, out, limit, self.width)
 
     def encode_word(self, word: str) -> list[int]:
         enc = self.spell(word) if self.spell else word

@@ -28,9 +28,11 @@ class SPM:
         scores = vocab.scores.tolist() if vocab.scores is not None else [0.0] * vocab.n_vocab
         attrs = vocab.attrs
         skip = ATTR_CONTROL | ATTR_UNKNOWN
-        # piece text -> (score, id), for the tokens merges may produce
-        self.pieces: dict[str, tuple[float, int]] = {
-            t: (scores[i], i) for i, t in enumerate(vocab.tokens) if not attrs[i] & skip}
+        # piece text -> (rank, id), for the tokens merges may produce; rank 0 is the highest
+        # score (equal scores, equal ranks: the leftmost pair merges first)
+        rank = {x: r for r, x in enumerate(sorted(set(scores), reverse=True))}
+        self.pieces: dict[str, tuple[int, int]] = {
+            t: (rank[scores[i]], i) for i, t in enumerate(vocab.tokens) if not attrs[i] & skip}
         t2i = vocab.token_to_id
         unk = vocab.special.get("unk")
         self.byte_ids: list[int | None] = []
@@ -43,13 +45,13 @@ class SPM:
         inner = regex.compile("[^▁]▁")
         self.split_words = not any(inner.search(t) for t in vocab.tokens if "▁" in t[1:])
         self.cache: dict[str, list[int]] = {}
+        self.width = max(map(len, vocab.tokens))     # the most characters one token spells
 
-    def encode(self, text: str, out: list[int]) -> None:
-        """Tokenize `text` (whitespace already escaped to ▁) and append the ids to `out`."""
-        if not self.split_words:
-            out.extend(self.encode_word(text))
-            return
-        encode_words(_WORDS.findall(text), self.cache, self.encode_word, out)
+    def encode(self, text: str, out: list[int], limit: int | None = None) -> None:
+        """Tokenize `text` (whitespace already escaped to ▁) and append the ids to `out`;
+        TokenLimit past `limit` ids (encode_words)."""
+        words = _WORDS.findall(text) if self.split_words else [text]
+        encode_words(words, self.cache, self.encode_word, out, limit, self.width)
 
     def encode_word(self, word: str) -> list[int]:
         pieces = self.pieces
@@ -70,7 +72,7 @@ class SPM:
 
     def _priority(self, a: str, b: str):
         p = self.pieces.get(a + b)
-        return None if p is None else -p[0]          # the highest score merges first
+        return None if p is None else p[0]           # the highest score merges first
 
     def _merge_naive(self, word: str) -> list[str]:
         return merge_naive(list(word), self._priority)

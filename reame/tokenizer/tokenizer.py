@@ -28,6 +28,7 @@ import regex
 from ..errors import TokenizerError
 from .bpe import BPE
 from .detokenize import piece_bytes
+from .merge import TokenLimit
 from .pretokenize import SUPPORTED, pre_tokenizer
 from .spm import SPM
 from .vocab import (ATTR_CONTROL, ATTR_LSTRIP, ATTR_RSTRIP, ATTR_UNKNOWN, BPE_MODELS, Vocab,
@@ -50,6 +51,11 @@ class Tokenizer:
         self._byte_level = self._bpe and not self._escape_spaces
         self._bytes: list[bytes | None] = [None] * vocab.n_vocab
         self._special_texts = [(vocab.tokens[i], i) for i in vocab.special_cache]
+        # a token spells at most `width` characters of the text, except that a special token
+        # flagged lstrip/rstrip swallows the ASCII whitespace next to it
+        self.width = model.width
+        self._strips = any(vocab.attrs[i] & (ATTR_LSTRIP | ATTR_RSTRIP)
+                           for i in vocab.special_cache)
 
     # -- construction ----------------------------------------------------------------------
 
@@ -144,7 +150,8 @@ class Tokenizer:
     # -- encoding -------------------------------------------------------------------------
 
     def encode(self, text: str, add_special: bool | None = None,
-               parse_special: bool = False, space_prefix: bool = True) -> list[int]:
+               parse_special: bool = False, space_prefix: bool = True,
+               limit: int | None = None) -> list[int]:
         """Token ids of `text`.
 
         add_special: None or True -> BOS/EOS as the GGUF flags say; False -> neither.
@@ -153,20 +160,26 @@ class Tokenizer:
         space_prefix: False for text that continues earlier text (a grammar's forced bytes):
         SentencePiece's "add space prefix" rule puts no space anywhere, so the ids' bytes are
         the text's own (no effect on vocabularies without the rule).
+        limit: raise TokenLimit (reame.tokenizer) once the text is known to have more tokens:
+        at once when it has more characters than `limit` tokens can spell, else within a word
+        of the limit (the work is bounded by the limit, not by the text).
         """
         if not isinstance(text, str):
             raise TypeError(f"encode() takes str, not {type(text).__name__}")
-        return self.encode_segments([(text, parse_special)], add_special, space_prefix)
+        return self.encode_segments([(text, parse_special)], add_special, space_prefix, limit)
 
     def encode_segments(self, segments: list[tuple[str, bool]],
                         add_special: bool | None = None,
-                        space_prefix: bool = True) -> list[int]:
+                        space_prefix: bool = True, limit: int | None = None) -> list[int]:
         """Token ids of the concatenation of `segments`, each `(text, parse_special)`: special
         tokens are matched only inside segments that allow it, and never across a segment
         boundary; plain text is tokenized as one run, exactly as `encode` of the whole would.
-        (Used for chat prompts: template text parsed, message contents not.)"""
+        (Used for chat prompts: template text parsed, message contents not.) `limit`: as
+        `encode`'s."""
         v = self.vocab
         add = add_special is None or add_special
+        if limit is not None:
+            self._check_length(segments, limit)
         out: list[int] = []
         if add and v.add_bos:
             out.append(v.special["bos"])
@@ -186,7 +199,7 @@ class Tokenizer:
             escape = self._escape_spaces
             for frag in fragments:
                 if isinstance(frag, str):
-                    model.encode(frag.replace(" ", "▁") if escape else frag, out)
+                    model.encode(frag.replace(" ", "▁") if escape else frag, out, limit)
                 else:
                     out.append(frag)
         else:
@@ -196,14 +209,25 @@ class Tokenizer:
                 if isinstance(frag, str):
                     if prefix and prev_special:
                         frag = " " + frag
-                    model.encode(frag.replace(" ", "▁"), out)
+                    model.encode(frag.replace(" ", "▁"), out, limit)
                     prev_special = False
                 else:
                     out.append(frag)
                     prev_special = True
         if add and v.add_eos:
             out.append(v.special["eos"])
+        if limit is not None and len(out) > limit:
+            raise TokenLimit(limit, len(out))
         return out
+
+    def _check_length(self, segments: list[tuple[str, bool]], limit: int) -> None:
+        """TokenLimit before any work when the segments have more characters than `limit`
+        tokens can spell (ASCII whitespace not counted where a special token may strip it)."""
+        n = sum(len(t) for t, _ in segments)
+        if self._strips:
+            n -= sum(t.count(c) for t, _ in segments for c in _ASCII_SPACE)
+        if n // self.width > limit:
+            raise TokenLimit(limit, n // self.width)
 
     def clear_cache(self) -> None:
         """Forget the cached tokenization of words (benchmarks; memory)."""

@@ -112,6 +112,14 @@ def test_deep_tool_call_arguments_are_kept_as_text(stories):
     assert err["code"] == "context_length_exceeded"
 
 
+def test_deep_tool_call_output_is_no_crash():
+    """A model led (tools "auto", unconstrained) to write a call whose arguments nest 5,000
+    deep: /v1/messages reads them as an empty `input`. Catches json.loads catching only
+    ValueError there (the old RecursionError: a 500 after the whole generation)."""
+    from reame.server.messages_api import _input
+    assert _input("[" * 5000 + "]" * 5000) == {}
+
+
 # ---- item 2: chat_template_kwargs ----
 
 def test_template_kwargs_that_collide_with_parameters_are_passed_safely(stories):

@@ -14,6 +14,10 @@ Request fields, from the three APIs clients speak (at most one of them per reque
 Tools (`tools`, `tool_choice`, `parallel_tool_calls`) are validated here too; with `tool_choice`
 "required" or a named function the output is constrained to the model family's tool-call
 format (reame/toolcalls.py builds that grammar).
+
+Bounds (issue 29): a schema or tool nested deeper than structured.MAX_DEPTH is a 400 naming the
+field here; compile_guided compiles the grammar and its first mask on the request's thread, a
+grammar over a bound (reame/structured.py) being a 400 `invalid_grammar` with a short message.
 """
 
 from __future__ import annotations

@@ -205,7 +205,7 @@ def tool_use_id(call_id: str) -> str:
 def _input(arguments: str) -> dict:
     try:
         v = json.loads(arguments)
-    except ValueError:
+    except (ValueError, RecursionError):    # the model's text: any nesting
         return {}
     return v if isinstance(v, dict) else {}
 

@@ -269,7 +269,8 @@ def test_client_strings_never_become_control_tokens_in_the_server_prompt(smol):
     """Through the server's path (parse_chat, ModelService.chat_prompt): the prompt with
     `<|im_end|>...` in every client field has exactly the control tokens of the same request
     with those strings empty, and still carries the strings as text. Catches protecting
-    message contents only (the old prompt: 13 more control tokens, a forged system turn)."""
+    message contents only (the old prompt had 40 control tokens instead of 13: nine forged
+    system turns)."""
     tok = smol.tok
     clean = smol.chat_prompt(parse_chat(client_fields(""), tok.n_vocab, 4))
     ids = smol.chat_prompt(parse_chat(client_fields(EVIL), tok.n_vocab, 4))

@@ -590,8 +590,8 @@ class ChatTemplate:
 
     # -- tokenizing -----------------------------------------------------------------------
 
-    def encode(self, tok, messages: list[dict], /, add_generation_prompt: bool = True,
-               tools=None, **extra) -> list[int]:
+    def encode(self, tok, messages: list[dict], limit: int | None = None, /,
+               add_generation_prompt: bool = True, tools=None, **extra) -> list[int]:
         """Prompt token ids for `messages`: the template's text has its control tokens parsed,
         no client string does (a user who types `<|im_end|>` gets those characters, not the
         control token) - message contents, names and ids, tool calls and their arguments, the
@@ -604,11 +604,14 @@ class ChatTemplate:
         with each such piece between two marker characters that occur nowhere in the prompt;
         the marked pieces are tokenized as text. When the markers do not come back so that
         removing them gives the prompt (a template that cuts or counts such a string), the
-        request is refused (TemplateError) rather than parsed."""
+        request is refused (TemplateError) rather than parsed.
+
+        `limit` (positional: any keyword is the template's): tokenizing stops with TokenLimit
+        once the prompt is known to have more tokens (Tokenizer.encode)."""
         msgs = self._prepare(messages, tools)
         text = self._render_raw(msgs, add_generation_prompt, tools, extra)
         segments = self._segments(tok, text, messages, add_generation_prompt, tools, extra)
-        ids = tok.encode_segments(segments, add_special=False)
+        ids = tok.encode_segments(segments, add_special=False, limit=limit)
         if tok.add_bos and tok.bos_id is not None and (not ids or ids[0] != tok.bos_id):
             ids.insert(0, tok.bos_id)
         return ids

@@ -11,9 +11,11 @@ The planner never calls the model. `plan()` builds a `StepPlan` (vLLM's `schedul
 2. each gets the KV blocks those tokens need; when the pool has none left, the most recently
    admitted sequence is *preempted*: its blocks are released (the full ones stay cached, so
    the recompute is mostly a prefix hit) and it waits again at the head of the queue;
-3. waiting sequences are admitted while slots, blocks and budget last, first come first served
-   but not head-of-line blocked: a younger request that fits is admitted when an older one
-   does not yet fit, unless the older one has been overtaken `max_bypass` times already;
+3. waiting sequences are admitted while slots, blocks and budget last, round robin over
+   requests (a request's next sequence waits behind the first sequence of every request that
+   holds fewer places; among equals, first come first served: `_fair_order`), and not
+   head-of-line blocked: a younger request that fits is admitted when an older one does not
+   yet fit, unless the older one has been overtaken `max_bypass` times already;
    an admitted sequence takes the longest cached prefix of its tokens (full blocks keyed by a
    hash chain, reame/kv_blocks.py) and computes only the rest.
 `apply(plan, logits)` (vLLM's `update_from_output()`) advances each sequence, registers the
@@ -283,13 +285,33 @@ class Planner:
             self.kv.set_blocks(seq.slot, len(seq.blocks), new)
             seq.blocks += new
 
+    def _fair_order(self) -> list[Seq]:
+        """The waiting sequences in the order they are offered a place: round robin over
+        requests. A sequence ranks by the slots its request holds (running, or claimed by its
+        request's waiting sequences ahead of it), then by its place in the queue; so a request
+        of 128 prompts takes one place in each round, beside every other request, instead of
+        128 before them. Sequences without an owner are requests of their own."""
+        held: dict[int, int] = {}
+        for s in self.running:
+            k = id(s.owner) if s.owner is not None else id(s)
+            held[k] = held.get(k, 0) + 1 + len(s.siblings)
+        ranked = []
+        for pos, s in enumerate(self.waiting):
+            k = id(s.owner) if s.owner is not None else id(s)
+            r = held.get(k, 0)
+            held[k] = r + 1 + len(s.siblings)
+            ranked.append((r, pos, s))
+        ranked.sort(key=lambda t: t[:2])
+        return [s for _, _, s in ranked]
+
     def _admit(self, budget: int, chunks: list) -> list[Seq]:
-        """Admit waiting sequences that fit (see the module docstring); each gets its first
-        chunk in `chunks`."""
+        """Admit waiting sequences that fit (see the module docstring), in their fair order;
+        each gets its first chunk in `chunks`."""
         p = self.params
         admitted = []
         reserve = p.reserve_per_running * len(self.running)
-        for seq in list(self.waiting):
+        order = self._fair_order() if budget else []
+        for i, seq in enumerate(order):
             if budget == 0:
                 break
             need_slots = 1 + len(seq.siblings)
@@ -303,10 +325,9 @@ class Planner:
                 if seq.bypassed >= p.max_bypass:
                     break                       # nothing younger overtakes it any more
                 continue
-            for older in self.waiting:          # everyone still waiting ahead of it was bypassed
-                if older is seq:
-                    break
-                older.bypassed += 1
+            for older in order[:i]:             # everyone still waiting ahead of it was bypassed
+                if older.state == WAITING:
+                    older.bypassed += 1
             self.waiting.remove(seq)
             self._start(seq, hits)
             admitted.append(seq)

@@ -165,8 +165,8 @@ class Tokenize:
         body, service = self._body_and_service(req)
         t = parse_tokenize(body)
         service.check_model(t.model)
-        ids = service.tok.encode(t.content, add_special=t.add_special,
-                                 parse_special=t.parse_special)
+        ids = service.encode(t.content, "content", service.n_ctx, "the text",
+                             add_special=t.add_special, parse_special=t.parse_special)
         tokens = ids
         if t.with_pieces:
             tokens = [{"id": i, "piece": _piece(service.tok.token_bytes(i))} for i in ids]

@@ -26,6 +26,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 from ..sampling import SamplingParams
 
 MAX_STOP = 16              # stop sequences per request (OpenAI allows 4)
+MAX_STOP_CHARS = 256       # characters per stop sequence (each token compares its prefixes)
 MAX_CHOICES = 128          # prompts x n per request (OpenAI's limit for n)
 MAX_TOP_LOGPROBS = 20
 
@@ -248,6 +249,8 @@ def _stop(v) -> list[str]:
     v = [v] if isinstance(v, str) else v or []
     if len(v) > MAX_STOP:
         raise invalid("stop", f"'stop' may hold at most {MAX_STOP} sequences.")
+    if any(len(s) > MAX_STOP_CHARS for s in v):
+        raise invalid("stop", f"A stop sequence may be at most {MAX_STOP_CHARS} characters.")
     return [s for s in v if s]
 
 

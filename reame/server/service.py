@@ -17,6 +17,7 @@ from typing import Callable
 from ..errors import ReameError, TemplateError
 from ..generate import Generation
 from ..scheduler import QueueFull, Scheduler, SchedulerStopped
+from ..tokenizer import TokenLimit
 from .config import ServerConfig
 from .schemas import APIError, GenerationRequest, invalid
 
@@ -172,16 +173,19 @@ class ModelService:
         tools = req.tools.tools if req.tools is not None and req.tools.choice != "none" else None
         if tools is not None:
             kwargs["tools"] = tools
+        limit = self.n_ctx - 1                  # tokenizing stops past it (room for one more)
         try:
             if hasattr(self.template, "encode"):    # special tokens parsed in template text only
-                ids = self.template.encode(self.tok, req.messages, add_generation_prompt=True,
-                                           **kwargs)
+                ids = self.template.encode(self.tok, req.messages, limit,
+                                           add_generation_prompt=True, **kwargs)
             else:
                 text = self.template.render(req.messages, add_generation_prompt=True, **kwargs)
-                ids = self.tok.encode(text, add_special=True, parse_special=True)
+                ids = self.tok.encode(text, add_special=True, parse_special=True, limit=limit)
         except TemplateError as e:
             raise invalid("messages", f"The chat template could not render these messages: {e}",
                           "invalid_messages") from None
+        except TokenLimit as e:
+            raise self._too_long("messages", e) from None
         self._check_context(ids, req, "messages")
         return ids
 
@@ -189,12 +193,31 @@ class ModelService:
         out = []
         for p in req.prompts:
             if isinstance(p, str):
-                ids = self.tok.encode(p, add_special=True, parse_special=False)
+                ids = self.encode(p, "prompt", self.n_ctx - 1, add_special=True,
+                                  parse_special=False)
             else:
                 ids = list(p)
             self._check_context(ids, req, "prompt")
             out.append(ids)
         return out
+
+    def encode(self, text: str, param: str, limit: int, what: str = "your prompt",
+               **kw) -> list[int]:
+        """`text`'s token ids (Tokenizer.encode's keywords `kw`), tokenized no further than
+        `limit` tokens: a longer text is a 400 context_length_exceeded naming `param`, at once
+        when it has more characters than `limit` tokens can spell, else within a word of the
+        limit. So a prompt costs the tokenizer what the context holds, not what was sent."""
+        try:
+            return self.tok.encode(text, limit=limit, **kw)
+        except TokenLimit as e:
+            raise self._too_long(param, e, what) from None
+
+    def _too_long(self, param: str, e: TokenLimit, what: str = "your prompt") -> APIError:
+        room = ("; it must leave room for at least one generated token"
+                if e.limit < self.n_ctx else "")
+        return invalid(param, f"This model's maximum context length is {self.n_ctx} tokens. "
+                       f"However, {what} has more than {e.limit} tokens (at least "
+                       f"{e.at_least}){room}.", "context_length_exceeded")
 
     def _check_context(self, ids: list[int], req: GenerationRequest, param: str) -> None:
         if not ids:
@@ -272,7 +295,8 @@ class ModelService:
         plan = plan or OutputPlan()
         # Predicted Outputs: the speculator may draft from the predicted tokens (after the
         # prompt's last tokens, so that the first output token can be drafted already)
-        predicted = (self.tok.encode(req.prediction, add_special=False, parse_special=False)
+        predicted = (self.encode(req.prediction, "prediction", self.n_ctx, "the prediction",
+                                 add_special=False, parse_special=False)
                      if req.prediction and self.speculator is not None else None)
         out, k = [], 0
         for ids in prompts:
@@ -311,8 +335,8 @@ class ModelService:
                            "invalid_request_error", None, "unsupported_model")
         out = []
         for i, x in enumerate(inputs):
-            ids = self.tok.encode(x, add_special=True, parse_special=False) \
-                if isinstance(x, str) else list(x)
+            ids = self.encode(x, "input", self.n_ctx, f"input[{i}]", add_special=True,
+                              parse_special=False) if isinstance(x, str) else list(x)
             if not ids:
                 raise invalid("input", f"input[{i}] encodes to no tokens.")
             if len(ids) > self.n_ctx:

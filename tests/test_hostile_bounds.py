@@ -110,6 +110,9 @@ PATHS = {
                      {"messages": [{"role": "user", "content": BIG}]}, "messages"),
     "embeddings": ("/v1/embeddings", {"input": ["Hello", BIG]}, "input"),
     "tokenize": ("/tokenize", {"content": BIG}, "content"),
+    "prediction": ("/v1/chat/completions",          # drafts for the speculator (on by default)
+                   {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4,
+                    "prediction": {"type": "content", "content": BIG}}, "prediction"),
 }
 
 

@@ -368,18 +368,22 @@ def http_oddities(host: str) -> Outcome:
     return o
 
 
-ATTACKS: list[tuple[str, str, Callable]] = [
-    ("idle-chunked-uploads", "1", idle_chunked_uploads),
-    ("long-chunk-lines", "1", long_chunk_lines),
-    ("grammar-bombs", "2", grammar_bombs),
-    ("big-texts", "3", big_texts),
-    ("many-prompts", "3", many_prompts),
-    ("unread-streams", "4", unread_streams),
-    ("control-tokens", "8", control_tokens),
-    ("cut-streams", "9", cut_streams),
-    ("greedy-repeats", "10", greedy_repeats),
-    ("http-oddities", "11", http_oddities),
+# (name, issue item, function, kind): an "attack" is repeated for at least MIN_SECONDS and
+# judged on the normal client's p95 too; a "check" tests an answer (item 8's prompt, item 10's
+# repeats) and is judged on that, 5xx and liveness alone
+ATTACKS: list[tuple[str, str, Callable, str]] = [
+    ("idle-chunked-uploads", "1", idle_chunked_uploads, "attack"),
+    ("long-chunk-lines", "1", long_chunk_lines, "attack"),
+    ("grammar-bombs", "2", grammar_bombs, "attack"),
+    ("big-texts", "3", big_texts, "attack"),
+    ("many-prompts", "3", many_prompts, "attack"),
+    ("unread-streams", "4", unread_streams, "attack"),
+    ("control-tokens", "8", control_tokens, "check"),
+    ("cut-streams", "9", cut_streams, "check"),
+    ("greedy-repeats", "10", greedy_repeats, "check"),
+    ("http-oddities", "11", http_oddities, "attack"),
 ]
+MIN_SECONDS = 8.0
 
 
 # ---------------------------------------------------------------- main
@@ -394,7 +398,8 @@ def tracebacks(server: Server) -> int:
     return server.log.read_text(errors="replace").count("Traceback")
 
 
-def run(server: Server, name: str, item: str, attack: Callable, unloaded: float) -> dict:
+def run(server: Server, name: str, item: str, attack: Callable, kind: str,
+        unloaded: float) -> dict:
     rss0, tb0 = server.rss_mb(), tracebacks(server)
     peak = [rss0]
     normal = NormalClient(server.url).start()
@@ -406,10 +411,15 @@ def run(server: Server, name: str, item: str, attack: Callable, unloaded: float)
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
     t0 = time.monotonic()
-    try:
-        outcome = attack(server.url)
-    except Exception as e:                       # the attack's own failure: say so
-        outcome = Outcome([f"attack failed: {e!r}"], [])
+    outcome, rounds = Outcome(), 0
+    while rounds == 0 or (kind == "attack" and time.monotonic() - t0 < MIN_SECONDS):
+        try:
+            o = attack(server.url)
+        except Exception as e:                   # the attack's own failure: say so
+            o = Outcome([f"attack failed: {e!r}"], [])
+        outcome.statuses += o.statuses
+        outcome.bodies += o.bodies
+        rounds += 1
     t1 = time.monotonic()
     samples = normal.stop()
     sampling.set()
@@ -421,7 +431,8 @@ def run(server: Server, name: str, item: str, attack: Callable, unloaded: float)
     # one 5xx a client can ask for
     five = [s for s in outcome.statuses if not (isinstance(s, int) and s < 500)
             and not (name == "http-oddities" and s == 501)]
-    r = {"attack": name, "item": item, "seconds": round(t1 - t0, 1),
+    r = {"attack": name, "item": item, "kind": kind, "rounds": rounds,
+         "seconds": round(t1 - t0, 1),
          "statuses": [str(s) for s in outcome.statuses],
          "5xx": len(five), "4xx_body_max": max(outcome.bodies, default=0),
          "normal_requests": len(during), "normal_failed": failed,
@@ -431,7 +442,8 @@ def run(server: Server, name: str, item: str, attack: Callable, unloaded: float)
          "tracebacks": tracebacks(server) - tb0}
     r["ok"] = (r["5xx"] == 0 and failed == 0 and alive and r["rss_growth_mb"] < 200
                and r["tracebacks"] == 0
-               and (r["p95_ratio"] or 0) <= 2 and r["4xx_body_max"] <= 2000)
+               and (kind == "check" or (r["p95_ratio"] or 0) <= 2)
+               and r["4xx_body_max"] <= 2000)
     return r
 
 
@@ -454,12 +466,13 @@ def main(argv=None) -> int:
         base = [lat for _, lat, st in NormalClient(server.url).run_for(10) if st == 200]
         unloaded = p95(base)
         print(f"normal client alone: p95 {unloaded:.3f} s over {len(base)} requests", flush=True)
-        for name, item, attack in ATTACKS:
+        for name, item, attack, kind in ATTACKS:
             if only and name not in only:
                 continue
-            r = run(server, name, item, attack, unloaded)
+            r = run(server, name, item, attack, kind, unloaded)
             results.append(r)
-            print(f"{name:22s} item {item:>2s}: {'ok ' if r['ok'] else 'NOT'} 5xx {r['5xx']}, "
+            print(f"{name:22s} item {item:>2s} {kind}: {'ok ' if r['ok'] else 'NOT'} "
+                  f"x{r['rounds']} 5xx {r['5xx']}, "
                   f"4xx body <= {r['4xx_body_max']} B, normal p95 x{r['p95_ratio']} "
                   f"({r['normal_requests']} requests, {r['normal_failed']} failed), RSS "
                   f"+{r['rss_growth_mb']:.0f} MB, alive {r['alive']}, tracebacks {r['tracebacks']}; "

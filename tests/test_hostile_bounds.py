@@ -334,3 +334,51 @@ def test_round_robin_keeps_first_come_first_served_among_equals():
     plan = run_step(p, eng)
     assert plan.admitted == [a[0], b]            # A's second waits behind B's first
     assert [s.owner for s in p._fair_order()] == [owner_a, owner_a]
+
+
+# ---- Responses truncation ----
+
+def test_truncation_auto_renders_a_long_history_a_few_times():
+    """/v1/responses with truncation 'auto' drops the oldest messages until the prompt fits.
+    3,001 messages (a system one, then user/assistant turns and a tool result) of which the
+    last 40 fit: the same messages are kept as dropping them one by one keeps, the system
+    message stays, a call's result goes with it, and the prompt is rendered 14 times. Catches
+    rendering once per dropped message (~2,960 renders; 3,000 messages took 85 s on SmolLM2)."""
+    from reame.server.responses_api import Responses
+    from reame.server.schemas import APIError, invalid
+
+    msgs = [{"role": "system", "content": "sys"}]
+    for i in range(3000):
+        msgs.append({"role": ("user", "assistant", "tool")[i % 3 if i % 7 == 3 else i % 2],
+                     "content": str(i)})
+
+    class Service:
+        calls = 0
+
+        def chat_prompt(self, g):
+            self.calls += 1
+            if len(g.messages) > 40:
+                raise invalid("messages", "too long", "context_length_exceeded")
+            return [1] * len(g.messages)
+
+    def one_by_one(messages):                   # the rule, dropping one message at a time
+        messages = list(messages)
+        while len(messages) > 40:
+            first = next(k for k, m in enumerate(messages) if m["role"] != "system")
+            end = first + 1
+            while end < len(messages) and messages[end]["role"] == "tool":
+                end += 1
+            del messages[first:end]
+        return messages
+
+    service, g = Service(), type("G", (), {})()
+    g.messages = list(msgs)
+    origins = [f"input[{i}]" for i in range(len(msgs))]
+    ids = Responses._prompt(service, g, origins, True)
+    assert g.messages == one_by_one(msgs) and len(ids) == len(g.messages)
+    assert g.messages[0]["role"] == "system" and g.messages[-1] is msgs[-1]
+    assert origins == [f"input[{msgs.index(m)}]" for m in g.messages]
+    assert service.calls <= 14, service.calls
+    g.messages = list(msgs)
+    with pytest.raises(APIError):
+        Responses._prompt(service, g, list(origins), False)

@@ -12,8 +12,10 @@ The planner never calls the model. `plan()` builds a `StepPlan` (vLLM's `schedul
    admitted sequence is *preempted*: its blocks are released (the full ones stay cached, so
    the recompute is mostly a prefix hit) and it waits again at the head of the queue;
 3. waiting sequences are admitted while slots, blocks and budget last, round robin over
-   requests (a request's next sequence waits behind the first sequence of every request that
-   holds fewer places; among equals, first come first served: `_fair_order`), and not
+   clients and then requests (a request's next sequence waits behind the first sequence of
+   every client, then request, that holds fewer places; among equals, first come first
+   served: `_fair_order`); with the batch full, a client holding two places more than a
+   waiting one's yields its newest (`_yield_place`, a preemption); and not
    head-of-line blocked: a younger request that fits is admitted when an older one does not
    yet fit, unless the older one has been overtaken `max_bypass` times already;
    an admitted sequence takes the longest cached prefix of its tokens (full blocks keyed by a
@@ -133,6 +135,16 @@ class Outcome:
     error: BaseException | None = None
 
 
+def _keys(seq: "Seq") -> tuple:
+    """(client, request) of a sequence, for fairness: the client its request names (the HTTP
+    layer's address), else the request itself; a sequence without a request is its own."""
+    owner = seq.owner
+    if owner is None:
+        return id(seq), id(seq)
+    client = getattr(owner, "client", None)
+    return (("client", client) if client is not None else id(owner)), id(owner)
+
+
 class Planner:
     def __init__(self, kv, params: SchedulerParams | None = None, salt: bytes = b"",
                  speculator=None, max_logits: int | None = None):
@@ -175,6 +187,8 @@ class Planner:
         # sequence leaves (token_budget >= max_batch, so every decoding sequence gets one)
         budget = p.token_budget - sum(1 for s in self.running if s.remaining == 1)
         decode, chunks, preempted = [], [], []
+        if (victim := self._yield_place()) is not None:
+            preempted.append(victim)
         for seq in list(self.running):          # oldest first: preemption victims are newer
             if seq.state != RUNNING:
                 continue                        # preempted by an older one this step
@@ -287,22 +301,49 @@ class Planner:
 
     def _fair_order(self) -> list[Seq]:
         """The waiting sequences in the order they are offered a place: round robin over
-        requests. A sequence ranks by the slots its request holds (running, or claimed by its
-        request's waiting sequences ahead of it), then by its place in the queue; so a request
-        of 128 prompts takes one place in each round, beside every other request, instead of
-        128 before them. Sequences without an owner are requests of their own."""
-        held: dict[int, int] = {}
+        clients, then over each client's requests. A sequence ranks by the slots its client
+        holds (running, or claimed by that client's waiting sequences ahead of it), then by
+        those its request holds likewise, then by its place in the queue; so a request of 128
+        prompts takes one place in each round, beside every other request, instead of 128
+        before them, and a client with 50 streams one place beside each other client.
+        Sequences without an owner are requests (and clients) of their own."""
+        held: dict = {}
         for s in self.running:
-            k = id(s.owner) if s.owner is not None else id(s)
-            held[k] = held.get(k, 0) + 1 + len(s.siblings)
+            for k in _keys(s):
+                held[k] = held.get(k, 0) + 1 + len(s.siblings)
         ranked = []
         for pos, s in enumerate(self.waiting):
-            k = id(s.owner) if s.owner is not None else id(s)
-            r = held.get(k, 0)
-            held[k] = r + 1 + len(s.siblings)
-            ranked.append((r, pos, s))
-        ranked.sort(key=lambda t: t[:2])
-        return [s for _, _, s in ranked]
+            c, r = _keys(s)
+            ranked.append((held.get(c, 0), held.get(r, 0), pos, s))
+            for k in (c, r):
+                held[k] = held.get(k, 0) + 1 + len(s.siblings)
+        ranked.sort(key=lambda t: t[:3])
+        return [t[3] for t in ranked]
+
+    def _yield_place(self) -> Seq | None:
+        """With the batch full and a sequence waiting whose client holds at least two places
+        fewer than the client holding the most, preempt that client's newest sequence: a
+        client's share of the batch is bounded while another waits (50 streams of one client
+        took every place, and a second client waited for one of them to end). The preempted
+        sequence waits again behind the other client's, its full blocks still cached."""
+        p = self.params
+        if not self.waiting or self.n_running < p.max_batch:
+            return None
+        first = self._fair_order()[0]
+        places: dict = {}
+        for s in self.running:
+            c = _keys(s)[0]
+            places[c] = places.get(c, 0) + 1 + len(s.siblings)
+        top = max(places, key=places.get, default=None)
+        mine = places.get(_keys(first)[0], 0)
+        if top is None or top == _keys(first)[0] or places[top] < mine + 2:
+            return None
+        victims = [s for s in self.running if _keys(s)[0] == top and not s.siblings]
+        if not victims:
+            return None
+        victim = max(victims, key=lambda s: s.admitted)
+        self.preempt(victim)
+        return victim
 
     def _admit(self, budget: int, chunks: list) -> list[Seq]:
         """Admit waiting sequences that fit (see the module docstring), in their fair order;

@@ -90,8 +90,9 @@ _EMPTY = object()               # no event within a poll interval
 class Request:
     """What an HTTP thread holds: its output queue and a way to cancel."""
 
-    def __init__(self, scheduler: "Scheduler", timeout: float | None):
+    def __init__(self, scheduler: "Scheduler", timeout: float | None, client=None):
         self._scheduler = scheduler
+        self.client = client            # who sent it (the planner shares the batch by client)
         self.t_submit = time.monotonic()
         self.deadline = self.t_submit + timeout if timeout else None
         self.out: queue.SimpleQueue = queue.SimpleQueue()
@@ -201,14 +202,16 @@ class Scheduler:
     # ---- called from HTTP threads ----
 
     def submit(self, prompts: list[list[int]], generations: list[list[Generation]],
-               timeout: float | None = None) -> Request:
+               timeout: float | None = None, client=None) -> Request:
         """Queue one request: prompt i is sampled by generations[i] (flat choice indices in order).
 
         QueueFull when the sequences waiting for admission would exceed `max_waiting` beyond the
         free places in the batch (those are admitted at the next step; an idle scheduler takes
         any request). ValueError when one prompt has more choices than the batch holds.
+        `client` (any hashable, e.g. an address): the requests of one client share one place in
+        the planner's round robin.
         """
-        req = Request(self, timeout)
+        req = Request(self, timeout, client)
         index = 0
         for prompt, gens in zip(prompts, generations, strict=True):
             if not prompt:
@@ -242,13 +245,13 @@ class Scheduler:
             self._cond.notify()
 
     def submit_embeddings(self, prompts: list[list[int]], pooling: str = "mean",
-                          timeout: float | None = None) -> Request:
+                          timeout: float | None = None, client=None) -> Request:
         """Queue an embedding request: one sequence per prompt, computed like any prompt
         (batched with the running sequences, chunked, preemptible) and pooled from the final
         hidden states ("mean" or "last" token); each ends with an Event carrying `embedding`."""
         if pooling not in ("mean", "last"):
             raise ValueError(f"pooling {pooling!r}: mean or last")
-        req = Request(self, timeout)
+        req = Request(self, timeout, client)
         for i, prompt in enumerate(prompts):
             if not prompt:
                 raise ValueError("empty prompt")

@@ -18,7 +18,8 @@ from .config import ServerConfig
 from .messages_api import Messages
 from .messages_models import anthropic_error, is_messages_path
 from .metrics import Metrics
-from .responses import ClosingStream, answer, client_connected, embeddings_result, start_job
+from .responses import (ClosingStream, answer, client_connected, client_key, embeddings_result,
+                        start_job)
 from .schemas import (APIError, error_body, parse_chat, parse_completion, parse_detokenize,
                       parse_embeddings, parse_json, parse_tokenize)
 from .service import Loader, ModelService, build_service, model_names
@@ -144,7 +145,7 @@ class Embeddings:
         r = parse_embeddings(body, service.n_vocab, service.n_embd)
         service.check_model(r.model)
         prompts = service.embedding_prompts(r.inputs)
-        request = service.submit_embeddings(prompts)
+        request = service.submit_embeddings(prompts, client=client_key(req.env))
         t0 = getattr(req.context, "t_arrival", time.monotonic())
         resp.media = embeddings_result(service, request, len(prompts), prompts,
                                        r.encoding_format, self.metrics, t0,

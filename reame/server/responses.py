@@ -52,6 +52,17 @@ class ClientGone(APIError):
                          "client_closed_request")
 
 
+def client_key(environ) -> str | None:
+    """Who sent a request, for sharing the batch fairly between clients: the peer's address;
+    behind a proxy on this machine (a loopback peer), the address that proxy saw (the last
+    X-Forwarded-For entry, which nginx's $proxy_add_x_forwarded_for appends)."""
+    addr = environ.get("REMOTE_ADDR")
+    forwarded = environ.get("HTTP_X_FORWARDED_FOR")
+    if forwarded and addr and (addr.startswith("127.") or addr == "::1"):
+        return forwarded.rsplit(",", 1)[-1].strip() or addr
+    return addr
+
+
 def client_connected(environ) -> Callable[[], bool] | None:
     """A check that the client of this WSGI request is still connected, when the server exposes
     its socket (gunicorn does): readable with a peek that reads end-of-file means the peer
@@ -100,7 +111,7 @@ class _Choice:
 class Job:
     def __init__(self, service, req: GenerationRequest, prompts: list[list[int]],
                  metrics: Metrics | None, endpoint: str, t_arrival: float,
-                 connected: Callable[[], bool] | None = None):
+                 connected: Callable[[], bool] | None = None, client: str | None = None):
         self.service, self.req, self.prompts = service, req, prompts
         self.metrics, self.endpoint, self.t_arrival = metrics, endpoint, t_arrival
         self.chat = req.kind == "chat"
@@ -130,8 +141,8 @@ class Job:
             from .chat_output import ChatOutput
             for ch in self.choices:
                 ch.out = ChatOutput(plan.think, plan.started_in_think, plan.tool_format)
-        self.request = (service.submit(req, prompts, plan) if plan is not None
-                        else service.submit(req, prompts))      # may raise APIError (429, 503)
+        self.request = (service.submit(req, prompts, plan, client=client) if plan is not None
+                        else service.submit(req, prompts, client=client))   # may raise 429, 503
         self._events = self.request.events(idle=connected)
         self._first: Event | None = None
 
@@ -452,7 +463,7 @@ def start_job(req, service, r: GenerationRequest, prompts: list[list[int]], metr
     """The Job generating a request: timed from its arrival, cancelled once its client left."""
     job = Job(service, r, prompts, metrics, endpoint,
               getattr(req.context, "t_arrival", time.monotonic()),
-              connected=client_connected(req.env))
+              connected=client_connected(req.env), client=client_key(req.env))
     job.delivered = getattr(req.env.get("gunicorn.socket"), "delivered", None)
     req.env["reame.job"] = job          # the access log reads a stream's outcome from it
     return job

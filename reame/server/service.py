@@ -321,9 +321,10 @@ class ModelService:
         return out
 
     def submit(self, req: GenerationRequest, prompts: list[list[int]],
-               plan: OutputPlan | None = None):
+               plan: OutputPlan | None = None, client=None):
         gens = self.generations(req, prompts, plan)
-        return self._submit(lambda timeout: self.scheduler.submit(prompts, gens, timeout=timeout))
+        return self._submit(lambda timeout: self.scheduler.submit(prompts, gens, timeout=timeout,
+                                                                  client=client))
 
     # ---- embeddings ----
 
@@ -346,9 +347,9 @@ class ModelService:
             out.append(ids)
         return out
 
-    def submit_embeddings(self, prompts: list[list[int]]):
+    def submit_embeddings(self, prompts: list[list[int]], client=None):
         return self._submit(lambda timeout: self.scheduler.submit_embeddings(
-            prompts, self.pooling, timeout=timeout), "input")
+            prompts, self.pooling, timeout=timeout, client=client), "input")
 
     def _submit(self, fn, value_param: str = "n"):
         """Submit to the scheduler; its refusals as HTTP errors."""

@@ -273,7 +273,7 @@ def schema_size(schema) -> int:
             return 1
         ref = s.get("$ref")
         if isinstance(ref, str) and ref.startswith("#"):
-            target = _resolve(root, ref)
+            target = resolve_ref(root, ref)
             if target is not None and id(target) not in seen:
                 return size(target, seen | {id(target)})
             return 1
@@ -313,7 +313,10 @@ def schema_size(schema) -> int:
     return size(schema, frozenset())
 
 
-def _resolve(root, ref: str):
+def resolve_ref(root: dict, ref: str):
+    """The local schema a "#/..." reference points at, or None."""
+    if not ref.startswith("#"):
+        return None
     node = root
     for part in ref[1:].split("/")[1:] if ref != "#" else []:
         part = part.replace("~1", "/").replace("~0", "~")

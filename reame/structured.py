@@ -300,7 +300,7 @@ def close_objects(schema: dict) -> dict:
     def props(s) -> set[str]:
         """Property names a member declares (through one local $ref)."""
         if isinstance(s, dict) and isinstance(s.get("$ref"), str):
-            s = _resolve(root, s["$ref"]) or s
+            s = grammar_size.resolve_ref(root, s["$ref"]) or s
         p = s.get("properties") if isinstance(s, dict) else None
         return set(p) if isinstance(p, dict) else set()
 
@@ -354,19 +354,6 @@ def close_objects(schema: dict) -> dict:
 
     find_shared(schema)
     return close(schema, frozenset(), "#")
-
-
-def _resolve(root: dict, ref: str):
-    """The local schema a "#/..." reference points at, or None."""
-    if not ref.startswith("#"):
-        return None
-    node = root
-    for part in ref[1:].split("/")[1:] if ref != "#" else []:
-        part = part.replace("~1", "/").replace("~0", "~")
-        if not isinstance(node, dict) or part not in node:
-            return None
-        node = node[part]
-    return node if isinstance(node, dict) else None
 
 
 def json_object() -> str:

@@ -145,6 +145,9 @@ def _keys(seq: "Seq") -> tuple:
     return (("client", client) if client is not None else id(owner)), id(owner)
 
 
+FAIR_CHUNK = 64    # prompt tokens a client takes in a step another client's sequence decodes in
+
+
 class Planner:
     def __init__(self, kv, params: SchedulerParams | None = None, salt: bytes = b"",
                  speculator=None, max_logits: int | None = None):
@@ -160,6 +163,7 @@ class Planner:
         self.waiting: deque[Seq] = deque()
         self.running: list[Seq] = []          # in admission order
         self.preemptions = 0
+        self._left: dict = {}                   # prompt tokens a bounded client may still take
         self._admissions = itertools.count()
 
     # ---- queue ----
@@ -189,10 +193,14 @@ class Planner:
         decode, chunks, preempted = [], [], []
         if (victim := self._yield_place()) is not None:
             preempted.append(victim)
+        self._shares()
         for seq in list(self.running):          # oldest first: preemption victims are newer
             if seq.state != RUNNING:
                 continue                        # preempted by an older one this step
-            n = 1 if seq.remaining == 1 else self._chunk(seq.remaining, budget, chunks)
+            n = 1 if seq.remaining == 1 else self._chunk(seq.remaining,
+                                                         self._room(seq, budget), chunks)
+            if seq.remaining > 1:
+                self._take(seq, n)
             if n and (n := self._grow(seq, n, preempted)):
                 if seq.remaining == 1 and seq.n_computed >= seq.n_prompt:
                     decode.append((seq, n))
@@ -258,6 +266,34 @@ class Planner:
                     self._add_blocks(s, need)
                     out[id(s)] = d
         return out
+
+    def _shares(self) -> None:
+        """The prompt tokens each client may take this step: at most FAIR_CHUNK for a client
+        holding or asking for more places (running and waiting sequences) than another client
+        with a sequence decoding in the step (a step is
+        as long as its prompt tokens make it, and the decoding client waits for the whole step:
+        128 prompts of 4,000 tokens from one client made another client's every token wait for
+        ~500 of them); no bound otherwise, so a client's own prompts and a smaller client's
+        prompt beside a bigger one's decoding go at full speed."""
+        places: dict = {}                       # running and waiting: what a client asks
+        for s in self.running + list(self.waiting):
+            c = _keys(s)[0]
+            places[c] = places.get(c, 0) + 1 + len(s.siblings)
+        decoding = {_keys(s)[0] for s in self.running
+                    if s.remaining == 1 and s.n_computed >= s.n_prompt}
+        fewest = min((places[c] for c in decoding), default=None)
+        self._left = {c: FAIR_CHUNK for c, n in places.items()
+                      if fewest is not None and n > fewest
+                      and any(d != c and places[d] < n for d in decoding)}
+
+    def _room(self, seq: Seq, budget: int) -> int:
+        c = _keys(seq)[0]
+        return min(budget, self._left[c]) if c in self._left else budget
+
+    def _take(self, seq: Seq, n: int) -> None:
+        c = _keys(seq)[0]
+        if c in self._left:
+            self._left[c] -= n
 
     def _chunk(self, remaining: int, budget: int, chunks: list) -> int:
         """How many of its `remaining` prompt tokens a sequence computes this step: as many as
@@ -361,7 +397,8 @@ class Planner:
             free_hits = sum(1 for b in hits if self.pool.ref[b] == 0)   # taking them uses them
             fits = (self.n_running + need_slots <= p.max_batch
                     and need_blocks + free_hits + reserve <= self.pool.available)
-            n = self._chunk(len(seq.tokens) - len(hits) * self.bs, budget, chunks)
+            n = self._chunk(len(seq.tokens) - len(hits) * self.bs, self._room(seq, budget),
+                            chunks)
             if not fits or not n:
                 if seq.bypassed >= p.max_bypass:
                     break                       # nothing younger overtakes it any more
@@ -372,6 +409,7 @@ class Planner:
             self.waiting.remove(seq)
             self._start(seq, hits)
             admitted.append(seq)
+            self._take(seq, n)
             n = self._grow(seq, n, [])          # its remaining tokens: those past its hits
             if n:
                 chunks.append((seq, n))

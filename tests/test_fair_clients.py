@@ -101,3 +101,41 @@ def test_the_client_is_the_peer_or_what_a_local_proxy_saw():
     assert client_key({"REMOTE_ADDR": "127.0.0.1",
                        "HTTP_X_FORWARDED_FOR": "9.9.9.9, 1.2.3.4"}) == "1.2.3.4"
     assert client_key({"REMOTE_ADDR": "::1", "HTTP_X_FORWARDED_FOR": "1.2.3.4"}) == "1.2.3.4"
+
+
+def prompt_tokens_per_step(other_client: str) -> tuple[list[int], list, tuple]:
+    """Client y decodes 12 tokens; then client `other_client` sends 8 prompts of 600 tokens
+    (one token each). The prompt tokens of each step while y decodes, and the outputs."""
+    eng = FakeEngine(slots=16, blocks=4096, bs=16, n_ctx=1024)
+    s = Scheduler(eng, SchedulerParams(max_batch=16, token_budget=512, prefill_chunk=512,
+                                       max_waiting=1024))
+    p_y = [7, 8, 9] * 5
+    g_y = FakeGen(12)
+    y = s.submit([p_y], [[g_y]], client="y")
+    while y.out.empty():
+        s.step(0.0)
+    rng = np.random.default_rng(3)
+    xs = [[int(t) for t in rng.integers(3, 900, 600)] for _ in range(8)]
+    g_x = [[FakeGen(1)] for _ in xs]
+    s.submit(xs, g_x, client=other_client)
+    sizes = []
+    while not g_y.finished:
+        s.step(0.0)
+        sizes.append(len(eng.batches[-1].tokens) - 1)       # less y's decode token
+    while s.step(0.0):
+        pass
+    return sizes, [g.output_ids for (g,) in g_x], (g_y.output_ids, p_y, xs)
+
+
+def test_a_client_decoding_waits_for_little_of_anothers_prompts():
+    """While client y decodes, client x's prompts take at most 64 tokens of each step (they
+    took the step's whole 512-token budget, so y's every token waited for 512 prompt tokens);
+    the same prompts from y itself are not held back. Outputs unchanged. Catches a bound
+    applied to every client (y's own long prompt would crawl beside its decoding) and no
+    bound at all."""
+    sizes, outs, (out_y, p_y, xs) = prompt_tokens_per_step("x")
+    assert max(sizes) <= 64 and sum(sizes) > 0, sizes
+    assert out_y == expected(p_y, 12)
+    assert outs == [expected(p, 1) for p in xs]
+    sizes_own, _, _ = prompt_tokens_per_step("y")
+    assert max(sizes_own) > 256, sizes_own

@@ -14,8 +14,8 @@ The planner never calls the model. `plan()` builds a `StepPlan` (vLLM's `schedul
 3. waiting sequences are admitted while slots, blocks and budget last, round robin over
    clients and then requests (a request's next sequence waits behind the first sequence of
    every client, then request, that holds fewer places; among equals, first come first
-   served: `_fair_order`); with the batch full, a client holding two places more than a
-   waiting one's yields its newest (`_yield_place`, a preemption); and not
+   served: `_fair_order`); with the batch full or the KV pool short, a client holding two
+   places more than a waiting one's yields its newest (`_yield_places`, preemptions); and not
    head-of-line blocked: a younger request that fits is admitted when an older one does not
    yet fit, unless the older one has been overtaken `max_bypass` times already;
    an admitted sequence takes the longest cached prefix of its tokens (full blocks keyed by a
@@ -191,8 +191,7 @@ class Planner:
         # sequence leaves (token_budget >= max_batch, so every decoding sequence gets one)
         budget = p.token_budget - sum(1 for s in self.running if s.remaining == 1)
         decode, chunks, preempted = [], [], []
-        if (victim := self._yield_place()) is not None:
-            preempted.append(victim)
+        preempted += self._yield_places()
         self._shares()
         for seq in list(self.running):          # oldest first: preemption victims are newer
             if seq.state != RUNNING:
@@ -356,30 +355,45 @@ class Planner:
         ranked.sort(key=lambda t: t[:3])
         return [t[3] for t in ranked]
 
-    def _yield_place(self) -> Seq | None:
-        """With the batch full and a sequence waiting whose client holds at least two places
-        fewer than the client holding the most, preempt that client's newest sequence: a
-        client's share of the batch is bounded while another waits (50 streams of one client
-        took every place, and a second client waited for one of them to end). The preempted
-        sequence waits again behind the other client's, its full blocks still cached."""
-        p = self.params
-        if not self.waiting or self.n_running < p.max_batch:
-            return None
+    def _yield_places(self) -> list[Seq]:
+        """With the batch full, or the KV pool too short for it, and a sequence waiting whose
+        client holds at least two places fewer than the client holding the most, preempt that
+        client's newest sequences (as many as the waiting one needs): a client's share of the
+        batch and of the pool is bounded while another waits (50 streams of one client took
+        every place, 3 prompts of 4,000 tokens the whole pool, and a second client waited for
+        one of them to end). The preempted sequences wait again behind the other client's,
+        their full blocks still cached."""
+        if not self.waiting:
+            return []
         first = self._fair_order()[0]
-        places: dict = {}
-        for s in self.running:
-            c = _keys(s)[0]
-            places[c] = places.get(c, 0) + 1 + len(s.siblings)
-        top = max(places, key=places.get, default=None)
-        mine = places.get(_keys(first)[0], 0)
-        if top is None or top == _keys(first)[0] or places[top] < mine + 2:
-            return None
-        victims = [s for s in self.running if _keys(s)[0] == top and not s.siblings]
-        if not victims:
-            return None
-        victim = max(victims, key=lambda s: s.admitted)
-        self.preempt(victim)
-        return victim
+        mine = _keys(first)[0]
+        out = []
+        while True:
+            places: dict = {}
+            for s in self.running:
+                c = _keys(s)[0]
+                places[c] = places.get(c, 0) + 1 + len(s.siblings)
+            top = max(places, key=places.get, default=None)
+            if top is None or top == mine or places[top] < places.get(mine, 0) + 2:
+                return out
+            if not self._short_of(first):
+                return out
+            victims = [s for s in self.running if _keys(s)[0] == top and not s.siblings]
+            if not victims:
+                return out
+            victim = max(victims, key=lambda s: s.admitted)
+            self.preempt(victim)
+            out.append(victim)
+
+    def _short_of(self, seq: Seq) -> bool:
+        """Whether seq would not be admitted for want of a batch place or of KV blocks."""
+        p = self.params
+        hits = self._prefix_hits(seq)
+        need_blocks = -(-len(seq.tokens) // self.bs) - len(hits)
+        free_hits = sum(1 for b in hits if self.pool.ref[b] == 0)
+        reserve = p.reserve_per_running * len(self.running)
+        return (self.n_running + 1 + len(seq.siblings) > p.max_batch
+                or need_blocks + free_hits + reserve > self.pool.available)
 
     def _admit(self, budget: int, chunks: list) -> list[Seq]:
         """Admit waiting sequences that fit (see the module docstring), in their fair order;

@@ -269,21 +269,17 @@ class Planner:
     def _shares(self) -> None:
         """The prompt tokens each client may take this step: at most FAIR_CHUNK for a client
         holding or asking for more places (running and waiting sequences) than another client
-        with a sequence decoding in the step (a step is
-        as long as its prompt tokens make it, and the decoding client waits for the whole step:
-        128 prompts of 4,000 tokens from one client made another client's every token wait for
-        ~500 of them); no bound otherwise, so a client's own prompts and a smaller client's
-        prompt beside a bigger one's decoding go at full speed."""
+        with work; no bound otherwise. A step is as long as its prompt tokens make it and the
+        oldest prompt takes its chunk first, so 128 prompts of 4,000 tokens from one client
+        made another client's prompt wait for one of them to finish (1.7-3.7 s to its first
+        token) and then its every token wait for ~500 prompt tokens. A client alone, and the
+        client with the fewest places, go at full speed."""
         places: dict = {}                       # running and waiting: what a client asks
         for s in self.running + list(self.waiting):
             c = _keys(s)[0]
             places[c] = places.get(c, 0) + 1 + len(s.siblings)
-        decoding = {_keys(s)[0] for s in self.running
-                    if s.remaining == 1 and s.n_computed >= s.n_prompt}
-        fewest = min((places[c] for c in decoding), default=None)
-        self._left = {c: FAIR_CHUNK for c, n in places.items()
-                      if fewest is not None and n > fewest
-                      and any(d != c and places[d] < n for d in decoding)}
+        fewest = min(places.values(), default=0)
+        self._left = {c: FAIR_CHUNK for c, n in places.items() if n > fewest}
 
     def _room(self, seq: Seq, budget: int) -> int:
         c = _keys(seq)[0]

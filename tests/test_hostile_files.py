@@ -94,11 +94,13 @@ def run_reame(tmp_path, *argv, timeout=120, env=None):
     """(exit code, stdout, stderr, peak RSS in MB, seconds) of `python -m reame ARGV`. The child
     runs in its own process group, killed whole if it outlives `timeout` (a server that started
     when it should have refused to: its gunicorn workers go with it)."""
-    out, err = tmp_path / "stdout", tmp_path / "stderr"
+    out, err, hwm = tmp_path / "stdout", tmp_path / "stderr", tmp_path / "hwm"
+    hwm.unlink(missing_ok=True)
     with open(out, "wb") as o, open(err, "wb") as e:
         t0 = time.monotonic()
-        p = subprocess.Popen([sys.executable, "-m", "reame", *map(str, argv)], stdout=o, stderr=e,
-                             cwd=REPO, env={**os.environ, **(env or {})}, start_new_session=True)
+        p = subprocess.Popen([sys.executable, "-c", HWM_RUNNER, str(hwm), *map(str, argv)],
+                             stdout=o, stderr=e, cwd=REPO, env={**os.environ, **(env or {})},
+                             start_new_session=True)
         killer = threading.Timer(timeout, os.killpg, (p.pid, signal.SIGKILL))
         killer.start()
         try:
@@ -111,8 +113,25 @@ def run_reame(tmp_path, *argv, timeout=120, env=None):
         os.killpg(p.pid, signal.SIGKILL)          # any worker left behind by a failed run
     except ProcessLookupError:
         pass
+    # the child's own peak (VmHWM of its image): ru_maxrss counts the pytest process it was
+    # forked from (~1 GB late in the suite), which exec does not reset
+    peak = int(hwm.read_text()) / 1024 if hwm.exists() else usage.ru_maxrss / 1024
     return (p.returncode, out.read_text(errors="replace"), err.read_text(errors="replace"),
-            usage.ru_maxrss / 1024, seconds)
+            peak, seconds)
+
+
+# `python -m reame ARGV` that writes its peak resident memory (kB) to argv[1] as it exits
+HWM_RUNNER = """
+import atexit, runpy, sys
+path = sys.argv.pop(1)
+def hwm():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM:"):
+            open(path, "w").write(line.split()[1])
+atexit.register(hwm)
+sys.argv[0] = "reame"
+runpy.run_module("reame", run_name="__main__", alter_sys=True)
+"""
 
 
 def one_line_error(result) -> str:

@@ -148,6 +148,12 @@ def _keys(seq: "Seq") -> tuple:
 FAIR_CHUNK = 64    # prompt tokens a client takes in a step another client's sequence decodes in
 
 
+def _client(seq: "Seq"):
+    """The client a sequence's request names, or None (no address: an embedded scheduler, the
+    warm-up): such requests take turns in admission but neither yield nor bound others."""
+    return getattr(seq.owner, "client", None)
+
+
 class Planner:
     def __init__(self, kv, params: SchedulerParams | None = None, salt: bytes = b"",
                  speculator=None, max_logits: int | None = None):
@@ -276,17 +282,17 @@ class Planner:
         client with the fewest places, go at full speed."""
         places: dict = {}                       # running and waiting: what a client asks
         for s in self.running + list(self.waiting):
-            c = _keys(s)[0]
-            places[c] = places.get(c, 0) + 1 + len(s.siblings)
+            if (c := _client(s)) is not None:
+                places[c] = places.get(c, 0) + 1 + len(s.siblings)
         fewest = min(places.values(), default=0)
         self._left = {c: FAIR_CHUNK for c, n in places.items() if n > fewest}
 
     def _room(self, seq: Seq, budget: int) -> int:
-        c = _keys(seq)[0]
+        c = _client(seq)
         return min(budget, self._left[c]) if c in self._left else budget
 
     def _take(self, seq: Seq, n: int) -> None:
-        c = _keys(seq)[0]
+        c = _client(seq)
         if c in self._left:
             self._left[c] -= n
 
@@ -362,24 +368,25 @@ class Planner:
         if not self.waiting:
             return []
         first = self._fair_order()[0]
-        mine = _keys(first)[0]
+        mine = _client(first)
         out = []
-        while True:
+        while mine is not None:
             places: dict = {}
             for s in self.running:
-                c = _keys(s)[0]
-                places[c] = places.get(c, 0) + 1 + len(s.siblings)
+                if (c := _client(s)) is not None:
+                    places[c] = places.get(c, 0) + 1 + len(s.siblings)
             top = max(places, key=places.get, default=None)
             if top is None or top == mine or places[top] < places.get(mine, 0) + 2:
                 return out
             if not self._short_of(first):
                 return out
-            victims = [s for s in self.running if _keys(s)[0] == top and not s.siblings]
+            victims = [s for s in self.running if _client(s) == top and not s.siblings]
             if not victims:
                 return out
             victim = max(victims, key=lambda s: s.admitted)
             self.preempt(victim)
             out.append(victim)
+        return out
 
     def _short_of(self, seq: Seq) -> bool:
         """Whether seq would not be admitted for want of a batch place or of KV blocks."""

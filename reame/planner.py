@@ -138,11 +138,10 @@ class Outcome:
 def _keys(seq: "Seq") -> tuple:
     """(client, request) of a sequence, for fairness: the client its request names (the HTTP
     layer's address), else the request itself; a sequence without a request is its own."""
-    owner = seq.owner
-    if owner is None:
+    if seq.owner is None:
         return id(seq), id(seq)
-    client = getattr(owner, "client", None)
-    return (("client", client) if client is not None else id(owner)), id(owner)
+    client = _client(seq)
+    return (("client", client) if client is not None else id(seq.owner)), id(seq.owner)
 
 
 FAIR_CHUNK = 64    # prompt tokens a client takes in a step another client's sequence decodes in
@@ -365,8 +364,8 @@ class Planner:
         every place, 3 prompts of 4,000 tokens the whole pool, and a second client waited for
         one of them to end). The preempted sequences wait again behind the other client's,
         their full blocks still cached."""
-        if not self.waiting:
-            return []
+        if not self.waiting or not any(_client(s) is not None for s in self.running):
+            return []                           # nothing to yield: no sort of the queue
         first = self._fair_order()[0]
         mine = _client(first)
         out = []

@@ -38,6 +38,19 @@ def steps_to_first_token(s, req, limit=2000) -> int:
     raise AssertionError("no token")
 
 
+def second_client_gets_in(s, xs, within: int, x_tokens: int) -> None:
+    """Client y's 8-token request gets its first token within `within` steps; then every
+    output, y's and x's, is what the model gives alone."""
+    p, g = [7, 8, 9] * 10, FakeGen(8)
+    y = s.submit([p], [[g]], client="y")
+    assert steps_to_first_token(s, y) <= within
+    while s.step(0.0):
+        pass
+    assert g.output_ids == expected(p, 8)
+    for p_x, g_x, _ in xs:
+        assert g_x.output_ids == expected(p_x, x_tokens)
+
+
 def test_another_client_gets_a_place_at_once_when_one_holds_the_batch():
     """Client X runs 4 streams (the whole batch) with 8 more waiting; client Y's request gets
     its first token within 3 steps (it waited for one of X's 300-token streams to end, ~300
@@ -48,15 +61,7 @@ def test_another_client_gets_a_place_at_once_when_one_holds_the_batch():
     xs = streams(s, "x", 12)
     for _ in range(5):
         s.step(0.0)                                  # X's first 4 run
-    p = [7, 8, 9] * 10
-    g = FakeGen(8)
-    y = s.submit([p], [[g]], client="y")
-    assert steps_to_first_token(s, y) <= 3
-    while s.step(0.0):
-        pass
-    assert g.output_ids == expected(p, 8)
-    for p_x, g_x, _ in xs:
-        assert g_x.output_ids == expected(p_x, 300)
+    second_client_gets_in(s, xs, within=3, x_tokens=300)
     assert s.planner.preemptions <= 2                # one place yielded, no ping-pong
 
 
@@ -157,11 +162,4 @@ def test_a_client_holding_the_kv_pool_yields_blocks_to_another():
         xs.append((p, g, s.submit([p], [[g]], client="x")))
     for _ in range(3):
         s.step(0.0)
-    p_y, g_y = [7, 8, 9] * 10, FakeGen(8)
-    y = s.submit([p_y], [[g_y]], client="y")
-    assert steps_to_first_token(s, y) <= 2
-    while s.step(0.0):
-        pass
-    assert g_y.output_ids == expected(p_y, 8)
-    for p, g, _ in xs:
-        assert g.output_ids == expected(p, 10)
+    second_client_gets_in(s, xs, within=2, x_tokens=10)

@@ -45,6 +45,7 @@ import selectors
 import socket
 import struct
 import sys
+import termios
 import time
 from functools import partial
 
@@ -271,7 +272,7 @@ def parse_error_status(exc: BaseException) -> tuple[int, str]:
 
 # ---- what the client has taken of an answer ----
 
-_OUTQ = getattr(__import__("termios"), "TIOCOUTQ", None) if sys.platform == "linux" else None
+_OUTQ = getattr(termios, "TIOCOUTQ", None) if sys.platform == "linux" else None
 _ACKED_AT = 120                # struct tcp_info (linux/tcp.h): tcpi_bytes_acked, a u64
 _TCP_ESTABLISHED, _TCP_CLOSE_WAIT = 1, 8
 UNACKED_CAP = 1 << 20          # bytes of an answer written and not yet acknowledged, at most

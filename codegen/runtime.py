@@ -169,6 +169,22 @@ class NativePool:
             pass
 
 
+_POOLS: dict = {}
+_POOLS_LOCK = threading.Lock()
+
+
+def shared_pool(nth: int, isa: ISA, cpus: list[int] | None = None) -> NativePool:
+    """The process's pool of `nth` compute threads for this ISA and CPU list, made once: the
+    engines of several models served by one process share it (their steps never overlap:
+    reame/turns.py). With nth = 1 it has no worker thread at all."""
+    key = (nth, isa.arch, isa.level, isa.features, tuple(cpus) if cpus else None)
+    with _POOLS_LOCK:
+        pool = _POOLS.get(key)
+        if pool is None or pool._closed:
+            pool = _POOLS[key] = NativePool(nth, isa, cpus=cpus)
+        return pool
+
+
 class Program:
     """A list of ops as the runtime reads it: a header, then one cache line per op: slot, args
     pointer, flags (wait-for-completion bit, slices per thread), claim and done counters."""

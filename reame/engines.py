@@ -37,11 +37,12 @@ def create_engine(model, name: str = DEFAULT_ENGINE, *, n_ctx: int | None = None
                   max_seqs: int = 4, kv_type: str = "f32", threads: int | None = None,
                   act_type: str | None = None, block_size: int = DEFAULT_BLOCK_SIZE,
                   kv_blocks: int | None = None, cpus: list[int] | None = None,
-                  attn_type: str | None = None):
+                  attn_type: str | None = None, shared_pools: bool = False):
     """An engine over a loaded model (`cpus`: the JIT's compute thread i pinned to cpus[i]). n_ctx (context per sequence) defaults to min(trained
     context, 4096); act_type (one of ACT_TYPES) to the engine's DEFAULT_ACT_TYPE; attn_type (one
     of ATTN_TYPES; bf16 the JIT's only) to DEFAULT_ATTN_TYPE; the KV pool to kv_blocks blocks of
-    block_size positions (default: n_ctx for each of max_seqs slots)."""
+    block_size positions (default: n_ctx for each of max_seqs slots); shared_pools: the JIT runs on
+    the process's compute threads (several models in one server, reame.turns)."""
     if name not in ENGINES:
         raise ReameError(f"unknown engine {name!r} (choose from: {', '.join(ENGINES)})")
     act_type = act_type or DEFAULT_ACT_TYPE[name]
@@ -69,7 +70,7 @@ def create_engine(model, name: str = DEFAULT_ENGINE, *, n_ctx: int | None = None
     from .jit.engine import JITEngine
     return JITEngine(model, n_ctx=n_ctx, max_seqs=max_seqs, kv_dtype=kv_type, threads=threads,
                      int_dot=act_type == "q8", block_size=block_size, kv_blocks=kv_blocks,
-                     cpus=cpus, attn_type=attn_type)
+                     cpus=cpus, attn_type=attn_type, shared_pools=shared_pools)
 
 
 KV_MEMORY_SHARE = 0.25      # of the available memory, at most, for the default KV pool

@@ -83,6 +83,7 @@ class _Pooled:
         return ""
 
 
+IDLE_POLL = 0.05                # s between looks for the CPU to be idle (background work)
 DONE = None                     # sentinel: the request has no more events
 _EMPTY = object()               # no event within a poll interval
 
@@ -170,10 +171,14 @@ def default_params(engine, **overrides) -> SchedulerParams:
 class Scheduler:
     def __init__(self, engine, params: SchedulerParams | None = None, *,
                  queue_size: int | None = None, prefill_chunk: int | None = None,
-                 salt: bytes = b"", adaptive=None, speculator=None):
+                 salt: bytes = b"", adaptive=None, speculator=None, turns=None):
         """`adaptive`: a reame.adaptive.AdaptiveRuntime told about every step (or None);
-        `speculator`: a reame.speculate.Speculator (None: no speculative decoding)."""
+        `speculator`: a reame.speculate.Speculator (None: no speculative decoding); `turns`: a
+        reame.turns.Turns shared with the schedulers of the other models of this process (each
+        forward pass is one turn on the CPU; None: this scheduler's own)."""
+        from .turns import Turns
         self.engine = engine
+        self.turns = turns if turns is not None else Turns()
         self.params = params or default_params(engine, max_waiting=queue_size,
                                                prefill_chunk=prefill_chunk)
         self.params.check(getattr(engine, "max_tokens", self.params.token_budget),
@@ -274,6 +279,11 @@ class Scheduler:
         return len({id(s.owner) for s in list(self.planner.running)})
 
     @property
+    def busy(self) -> bool:
+        """A request is submitted and not finished (in the inbox or the planner)."""
+        return bool(self._inbox or self._requests)
+
+    @property
     def running_seqs(self) -> int:
         return self.planner.n_running
 
@@ -313,11 +323,14 @@ class Scheduler:
                         break
                     self._take_inbox()
                     idle = not self._requests
-                    if idle and not getattr(self.adaptive, "idle_pending", False):
-                        self._cond.wait(timeout=1.0)
+                    pending = idle and getattr(self.adaptive, "idle_pending", False)
+                    if idle and not (pending and self.turns.may_idle(self)):
+                        # nothing to run; or background work, but another model is stepping
+                        self._cond.wait(timeout=IDLE_POLL if pending else 1.0)
                         continue
                 if idle:        # one step of the adaptive runtime's start-up benchmark, off the
-                    self.adaptive.idle_step()   # lock; then the inbox again, before any wait
+                    with self.turns.turn(self):  # lock; then the inbox again, before any wait
+                        self.adaptive.idle_step()
                     continue
                 try:
                     self.step(time.monotonic())
@@ -359,10 +372,12 @@ class Scheduler:
                     seq.owner.t_admit.setdefault(seq.index, now)
                     self._n_waiting -= self._queued.pop(id(seq), 0)
         masks = self._prepare_masks(plan)
-        if self.adaptive is not None:
-            self.adaptive.before_step(plan)
         try:
-            logits = self.engine.forward(plan.batch)
+            with self.turns.turn(self) as waited:   # the CPU, between this process's models
+                if self.adaptive is not None:
+                    self.adaptive.before_step(plan)
+                logits = self.engine.forward(plan.batch)
+            t0 += waited
             if masks is not None:
                 masks.result()
         except Exception as e:                      # fail only the requests in this batch

@@ -6,10 +6,10 @@ Importing this module is cheap: `app` builds the real Falcon app on first use, i
 process, and the model then loads in a background thread of that worker (`/health` says 503
 until it is ready). With `reame.server.gunicorn_conf` the load starts as soon as the worker
 boots; without it, the first request (typically a health check) starts it. Variables:
-REAME_MODEL (required), REAME_ENGINE, REAME_THREADS, REAME_CTX_SIZE, REAME_KV_TYPE,
+REAME_MODEL (or REAME_MODELS, specs separated by ';', or REAME_MODELS_DIR), REAME_ENGINE, REAME_THREADS, REAME_CTX_SIZE, REAME_KV_TYPE,
 REAME_MAX_SEQS, REAME_QUEUE_SIZE, REAME_REQUEST_TIMEOUT, REAME_API_KEY,
 REAME_CHAT_TEMPLATE_FILE, REAME_MODEL_ALIAS, REAME_MAX_BODY_BYTES, REAME_METRICS_DIR,
-REAME_CORS_ORIGINS, REAME_POOLING; for Reame's gunicorn worker (set by that config file) REAME_HEADER_TIMEOUT,
+REAME_CORS_ORIGINS, REAME_POOLING, REAME_MEMORY_BUDGET_MB, REAME_KEEP_ALIVE; for Reame's gunicorn worker (set by that config file) REAME_HEADER_TIMEOUT,
 REAME_BODY_TIMEOUT, REAME_SEND_TIMEOUT and REAME_MAX_CONNECTIONS.
 """
 
@@ -31,9 +31,9 @@ class LazyApp:
                 if self._app is None:
                     from .server.app import create_app
                     from .server.config import ServerConfig
-                    from .server.service import engine_factory
+                    from .server.registry import server_registry
                     config = ServerConfig.from_env()
-                    self._app = create_app(engine_factory(config), config)
+                    self._app = create_app(config=config, registry=server_registry(config))
         return self._app
 
     def start(self) -> None:

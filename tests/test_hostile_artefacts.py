@@ -171,7 +171,7 @@ def test_a_strategy_with_a_dict_among_kernel_params_still_serves(stories_model, 
     try:
         client.simulate_get("/health")                 # starts the loader
         deadline = time.monotonic() + 120 * TIME_SCALE
-        while app.reame.loader.state == "loading" and time.monotonic() < deadline:
+        while app.reame.models.health()[0] == "loading" and time.monotonic() < deadline:
             time.sleep(0.05)
         health = client.simulate_get("/health")
         assert health.status_code == 200, health.json

@@ -186,7 +186,7 @@ def test_health_reports_load_failure(stories_model):
     app = create_app(factory, ServerConfig(model=stories_model.path))
     c = testing.TestClient(app)
     c.simulate_get("/health")
-    assert wait_until(lambda: app.reame.loader.state == "failed")
+    assert wait_until(lambda: app.reame.models.health()[0] == "failed")
     r = c.simulate_get("/health")
     assert r.status_code == 503 and r.json["status"] == "failed" and "disk on fire" in r.json["error"]
     assert_error(post(c, "/v1/completions", {"prompt": "x"}), 503, code="model_load_failed")

@@ -35,13 +35,17 @@ class AdaptiveRuntime:
     def __init__(self, engine, params, *, enabled: bool = True, state_dir: Path | None = None,
                  report_every: float = 0.0, save_every: float = 60.0, tuner_options=None,
                  tpot_limit: float = 0.25, batch_options=None, budget_options=None,
-                 exact_kernels: bool = True):
+                 exact_kernels: bool = True, served_as: str | None = None):
+        """`served_as`: the name the model is served under, when one file is served under
+        several names (each learns and saves its own strategy and speculation)."""
         self.engine, self.params = engine, params
         self.enabled = enabled
         self.profile = RequestProfile()
         self.tuner = (KernelTuner(engine, **{"exact": exact_kernels, **(tuner_options or {})})
                       if hasattr(engine, "table") and hasattr(engine, "_bucket_of") else None)
         self.ident = store.identity(engine) if self.tuner is not None else None
+        if self.ident is not None and served_as:
+            self.ident["served_as"] = served_as
         self.path = store.path_for(self.ident, state_dir) if self.ident else None
         self.report_every, self.save_every = report_every, save_every
         self.t_start = time.monotonic()
@@ -59,6 +63,7 @@ class AdaptiveRuntime:
         self._counted = weakref.WeakSet()
         self.saved_prefixes: list[list[int]] = []     # loaded: to compute again at start
         self.speculator = None           # reame.speculate.Speculator: reported, saved, loaded
+        self.model_name = None           # the served model's id: in the report and its lines
         self._lock = threading.Lock()
         # the start-up benchmark (schedule_boot): none (not planned), pending, running, done,
         # failed; its budget and the engine seconds and steps it has run
@@ -399,7 +404,8 @@ class AdaptiveRuntime:
             self._baseline(now)
         if self.report_every and now - self._last_report >= self.report_every:
             self._last_report = now
-            log.info("adaptive: %s", self.line())
+            log.info("adaptive%s: %s", f" [{self.model_name}]" if self.model_name else "",
+                     self.line())
         if self.save_every and now - self._last_save >= self.save_every:
             self._last_save = now
             self.save(background=True)
@@ -552,7 +558,7 @@ class AdaptiveRuntime:
         r = lambda v, d=5: None if v is None else round(v, d)      # noqa: E731
         ratio = lambda k: (round(cur[k] / first[k] - 1, 4)         # noqa: E731
                            if first and first.get(k) and cur.get(k) is not None else None)
-        out = {"enabled": self.enabled, "frozen": self.frozen,
+        out = {"model": self.model_name, "enabled": self.enabled, "frozen": self.frozen,
                "uptime_s": round(now - self.t_start, 1),
                "tok_s_last_minute": round(cur["tok_s"], 2),
                "busy_share_last_minute": round(cur["busy_share"], 4),

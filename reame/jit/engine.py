@@ -20,7 +20,7 @@ from .. import progress
 from ..batch import Batch
 from ..codegen import panel_layout, q8a, q8k
 from ..codegen.isa import detect
-from ..codegen.runtime import NativePool
+from ..codegen.runtime import NativePool, shared_pool
 from ..dispatch import DispatchTable
 from ..kv_cache import DEFAULT_BLOCK_SIZE, PagedKVCache
 from ..model import Model
@@ -52,7 +52,7 @@ class JITEngine:
                  q8k_min_tokens: int | None = Q8K_MIN_TOKENS,
                  block_size: int = DEFAULT_BLOCK_SIZE, kv_blocks: int | None = None,
                  row_panels: bool = True, cpus: list[int] | None = None,
-                 attn_type: str = "auto"):
+                 attn_type: str = "auto", shared_pools: bool = False):
         """`cpus`: pin compute thread i to cpus[i] (reame/topology.py); None: threads float.
         `attn_type`: the attention of prompt rows: "f32", or "bf16" on AMX-BF16 tiles
         (select.attn_prefill_spec; without AMX a warning is logged and attention stays f32), or
@@ -62,7 +62,9 @@ class JITEngine:
         row on its own, so a token's attention is computed the same way whatever shares its
         step (with matmul_q8's row panels its logits then do not depend on the batch:
         docs/speculation.md). "invariant": every row on attn_decode, prompts included
-        (reame.engines.ATTN_TYPES)."""
+        (reame.engines.ATTN_TYPES). `shared_pools`: run on the process's pool of this many
+        compute threads (codegen.runtime.shared_pool, for several models whose steps take turns)
+        instead of a pool of its own."""
         self.model, self.config = model, model.config
         c = self.config
         self.isa = isa or detect()
@@ -89,7 +91,12 @@ class JITEngine:
             # the reference engine's act_quant oracle emulates)
             raise ValueError(f"q8k_min_tokens={self.q8k_min_tokens}: must be None, 1 or one more "
                              f"than a bucket size {self.buckets}")
-        self.pool = NativePool(threads or auto_threads(model), self.isa, cpus=cpus)
+        nth = threads or auto_threads(model)
+        self._own_pool = not shared_pools
+        if shared_pools:
+            self.pool = shared_pool(nth, self.isa, cpus)
+        else:
+            self.pool = NativePool(nth, self.isa, cpus=cpus)
         self.threads = self.pool.nth
         self.table = DispatchTable(threads=self.pool.nth)   # candidates checked as they run
         self.kernels: dict = {}
@@ -448,7 +455,8 @@ class JITEngine:
             raise ValueError("logits row outside the batch")
 
     def close(self) -> None:
-        self.pool.close()
+        if self._own_pool:
+            self.pool.close()
 
     # ------------------------------------------------------------------ weight layouts
     def _repacked(self, t) -> np.ndarray:

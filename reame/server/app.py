@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import hmac
 import logging
+import math
+import os
 import time
 
 import falcon
@@ -22,7 +24,8 @@ from .responses import (ClosingStream, answer, client_connected, client_key, emb
                         start_job)
 from .schemas import (APIError, error_body, parse_chat, parse_completion, parse_detokenize,
                       parse_embeddings, parse_json, parse_tokenize)
-from .service import Loader, ModelService, build_service, model_names
+from .registry import ModelEntry, ModelRegistry, parse_duration
+from .service import ModelService, build_service, model_names
 
 log = logging.getLogger("reame.server")
 
@@ -91,13 +94,14 @@ class RequestMetrics:
 class Generate:
     """POST /v1/chat/completions and POST /v1/completions."""
 
-    def __init__(self, kind: str, loader: Loader, config: ServerConfig, metrics: Metrics):
-        self.kind, self.loader, self.config, self.metrics = kind, loader, config, metrics
+    def __init__(self, kind: str, models: "ServedModels", config: ServerConfig,
+                 metrics: Metrics):
+        self.kind, self.models, self.config, self.metrics = kind, models, config, metrics
         self.endpoint = "/v1/chat/completions" if kind == "chat" else "/v1/completions"
 
     def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
         body = parse_json(_read_body(req, self.config.max_body_bytes))
-        service = self.loader.get(self.config.retry_after)
+        service = self.models.get(req, body)
         if self.kind == "chat":
             r = parse_chat(body, service.n_vocab, service.max_n)
         else:
@@ -109,23 +113,37 @@ class Generate:
 
 
 class Models:
-    def __init__(self, loader: Loader, config: ServerConfig):
-        self.loader, self.config = loader, config
+    """GET /v1/models: every model the server serves, with its state (loaded, loading,
+    unloaded, unloading, failed), its file's size and the memory it is budgeted."""
+
+    def __init__(self, models: "ServedModels", config: ServerConfig):
+        self.models, self.config = models, config
 
     @staticmethod
-    def _card(service: ModelService) -> dict:
-        return {"id": service.id, "object": "model", "created": service.created,
-                "owned_by": "reame", "max_model_len": service.n_ctx,
-                "aliases": service.names[1:]}
+    def _card(e: ModelEntry) -> dict:
+        s = e.service
+        card = {"id": e.id, "object": "model", "owned_by": "reame", "aliases": e.names[1:],
+                **e.card()}
+        if s is not None:
+            card.update(created=s.created, max_model_len=s.n_ctx)
+        else:
+            try:
+                card["created"] = int(os.path.getmtime(e.config.model))
+            except (OSError, TypeError):
+                card["created"] = 0
+        return card
 
     def on_get(self, req, resp):
-        service = self.loader.get(self.config.retry_after)
-        resp.media = {"object": "list", "data": [self._card(service)]}
+        reg = self.models.registry
+        if not reg.several:         # one model: as before, 503 while it first loads
+            self.models.ready_default()
+        resp.media = {"object": "list", "data": [self._card(e) for e in reg.entries]}
 
     def on_get_item(self, req, resp, model_id):
-        service = self.loader.get(self.config.retry_after)
-        service.check_model(model_id)
-        resp.media = self._card(service)
+        reg = self.models.registry
+        if not reg.several:
+            self.models.ready_default()
+        resp.media = self._card(reg.find(model_id))
 
     on_head = on_get                    # HEAD wherever GET is served: same status and headers
     on_head_item = on_get_item
@@ -136,12 +154,12 @@ class Embeddings:
     the model's metadata or --pooling) into a unit vector, computed through the scheduler
     beside the generating requests."""
 
-    def __init__(self, loader: Loader, config: ServerConfig, metrics: Metrics):
-        self.loader, self.config, self.metrics = loader, config, metrics
+    def __init__(self, models: "ServedModels", config: ServerConfig, metrics: Metrics):
+        self.models, self.config, self.metrics = models, config, metrics
 
     def on_post(self, req, resp):
         body = parse_json(_read_body(req, self.config.max_body_bytes))
-        service = self.loader.get(self.config.retry_after)
+        service = self.models.get(req, body)
         r = parse_embeddings(body, service.n_vocab, service.n_embd)
         service.check_model(r.model)
         prompts = service.embedding_prompts(r.inputs)
@@ -155,12 +173,12 @@ class Embeddings:
 class Tokenize:
     """POST /tokenize and POST /detokenize, in llama-server's shapes (vLLM's names accepted)."""
 
-    def __init__(self, loader: Loader, config: ServerConfig):
-        self.loader, self.config = loader, config
+    def __init__(self, models: "ServedModels", config: ServerConfig):
+        self.models, self.config = models, config
 
     def _body_and_service(self, req):
         body = parse_json(_read_body(req, self.config.max_body_bytes))
-        return body, self.loader.get(self.config.retry_after)
+        return body, self.models.get(req, body)
 
     def on_post(self, req, resp):
         body, service = self._body_and_service(req)
@@ -191,14 +209,12 @@ def _piece(b: bytes):
 
 
 class Health:
-    def __init__(self, loader: Loader):
-        self.loader = loader
+    def __init__(self, models: "ServedModels"):
+        self.models = models
 
     def on_get(self, req, resp):
-        self.loader.start()
-        state, error = self.loader.state, self.loader.error
-        if state == "ready" and not self.loader.service.scheduler.alive:
-            state, error = "failed", "the engine thread stopped"
+        self.models.registry.start()
+        state, error = self.models.registry.health()
         resp.media = {"status": "ok" if state == "ready" else state}
         if state != "ready":
             resp.status = falcon.HTTP_503
@@ -214,26 +230,30 @@ class Adaptive:
     stop or resume exploring (what was learned stays live); they change how the server runs,
     so they need --api-key to be set (and the key, checked by the Auth middleware)."""
 
-    def __init__(self, loader: Loader, config: ServerConfig):
-        self.loader, self.config = loader, config
+    def __init__(self, models: "ServedModels", config: ServerConfig):
+        self.models, self.config = models, config
 
-    def _runtime(self):
-        service = self.loader.get(self.config.retry_after)
+    def _runtime(self, req):
+        """The runtime of ?model=NAME (default: the first model), which must be loaded."""
+        reg = self.models.registry
+        if not reg.several:
+            self.models.ready_default()
+        service = reg.peek(req.get_param("model"), self.config.retry_after)
         if service.adaptive is None:
             raise APIError(404, "This engine has no adaptive runtime (the reference engine).",
                            "invalid_request_error", None, "not_adaptive")
         return service.adaptive
 
     def on_get(self, req, resp):
-        resp.media = self._runtime().report()
+        resp.media = self._runtime(req).report()
 
     on_head = on_get
 
-    def _control(self, resp, freeze: bool):
+    def _control(self, req, resp, freeze: bool):
         if not self.config.api_key:
             raise APIError(403, "Freezing and unfreezing the adaptive runtime needs the server "
                            "to run with --api-key.", "permission_error", None, "api_key_required")
-        rt = self._runtime()
+        rt = self._runtime(req)
         if freeze:
             rt.freeze()
         else:
@@ -241,10 +261,10 @@ class Adaptive:
         resp.media = {"frozen": rt.frozen, "enabled": rt.enabled}
 
     def on_post_freeze(self, req, resp):
-        self._control(resp, True)
+        self._control(req, resp, True)
 
     def on_post_unfreeze(self, req, resp):
-        self._control(resp, False)
+        self._control(req, resp, False)
 
 
 class MetricsResource:
@@ -318,24 +338,112 @@ def handle_unexpected(req, resp, ex: Exception, params):
 
 # ---- the factory ----
 
-def create_app(engine_or_factory, config: ServerConfig | None = None, *, tokenizer=None,
-               chat_template=None, metrics: Metrics | None = None) -> falcon.App:
-    """The Reame app over an engine, or over a zero-argument factory returning one.
+def single_registry(engine_or_factory, config: ServerConfig, tokenizer=None,
+                    chat_template=None) -> ModelRegistry:
+    """A registry of one model over an engine (its service built at once) or a zero-argument
+    factory returning one (built in a background thread of the serving process)."""
+    from ..turns import Turns
+    turns = Turns()
+
+    def build(e=None) -> ModelService:
+        engine = engine_or_factory() if _is_factory(engine_or_factory) else engine_or_factory
+        return build_service(engine, config, tokenizer=tokenizer, chat_template=chat_template,
+                             turns=turns)
+
+    keep = math.inf if config.keep_alive is None else config.keep_alive
+    entry = ModelEntry(config, model_names(None, config), 0, 0, keep)
+    if config.model:
+        try:
+            entry.size = os.path.getsize(config.model)
+        except OSError:
+            pass
+    registry = ModelRegistry([entry], build, 2**62, turns=turns)
+    if not _is_factory(engine_or_factory):
+        service = build()
+        entry.service, entry.state, entry.loads = service, "loaded", 1
+        entry.names = service.names + [n for n in entry.names if n not in service.names]
+        entry.id = entry.names[0]
+        for n in entry.names:
+            registry._by_name.setdefault(n, entry)
+    return registry
+
+
+class ServedModels:
+    """The registry as the resources use it: `get(req, body)` the service of the body's
+    `model` (loaded if needed), leased until the response leaves (ReleaseModels)."""
+
+    def __init__(self, registry: ModelRegistry, config: ServerConfig):
+        self.registry, self.config = registry, config
+
+    def get(self, req, body=None) -> ModelService:
+        name, keep = requested_model(body)
+        service, release = self.registry.acquire(
+            name, keep, timeout=self.config.request_timeout or None,
+            retry_after=self.config.retry_after)
+        releases = getattr(req.context, "model_releases", None)
+        if releases is None:
+            releases = req.context.model_releases = []
+        releases.append(release)
+        return service
+
+    def ready_default(self) -> None:
+        """503 while the (only) model first loads or after it failed: as /health."""
+        state, error = self.registry.health()
+        if state == "failed":
+            raise APIError(503, f"The model failed to load: {error}", "server_error", None,
+                           "model_load_failed")
+        if state != "ready":
+            raise APIError(503, "The model is loading; retry shortly.", "server_error", None,
+                           "model_loading", {"Retry-After": str(self.config.retry_after)})
+
+    @property
+    def service(self) -> ModelService | None:
+        """The first model's service, when loaded."""
+        e = self.registry.default
+        return e.service if e.state == "loaded" else None
+
+
+def requested_model(body) -> tuple[str | None, float | None]:
+    """A request body's `model` (None when absent or not a string: the first model, and the
+    body's own check reports a bad value) and `keep_alive` (Ollama's: seconds or a duration
+    string; 400 when malformed)."""
+    if not isinstance(body, dict):
+        return None, None
+    name = body.get("model")
+    keep = body.get("keep_alive")
+    if keep is not None:
+        try:
+            keep = parse_duration(keep)
+        except ValueError as e:
+            raise APIError(400, f"Invalid 'keep_alive': {e}.", "invalid_request_error",
+                           "keep_alive", "invalid_value") from None
+    return (name if isinstance(name, str) else None), keep
+
+
+class ReleaseModels:
+    """Releases the models a request leased (ServedModels.get) once its response is made: a
+    generation is in the scheduler by then, which keeps its model loaded until it ends."""
+
+    def process_response(self, req, resp, resource, req_succeeded):
+        for release in getattr(req.context, "model_releases", ()):
+            release()
+
+
+def create_app(engine_or_factory=None, config: ServerConfig | None = None, *, tokenizer=None,
+               chat_template=None, metrics: Metrics | None = None,
+               registry: ModelRegistry | None = None) -> falcon.App:
+    """The Reame app over an engine, or over a zero-argument factory returning one, or over a
+    registry of several models (reame/server/registry.py: server_registry).
 
     An engine is wrapped at once; a factory runs in a background thread of the process that
     serves (call `app.reame.start()` to begin, or the first request does).
     """
     config = config or ServerConfig()
     metrics = metrics or Metrics(config.metrics_dir)
-
-    def build() -> ModelService:
-        engine = engine_or_factory() if _is_factory(engine_or_factory) else engine_or_factory
-        return build_service(engine, config, tokenizer=tokenizer, chat_template=chat_template)
-
-    if _is_factory(engine_or_factory):
-        loader = Loader(build)
-    else:
-        loader = Loader.ready(build())
+    if registry is None:
+        registry = single_registry(engine_or_factory, config, tokenizer, chat_template)
+    models = ServedModels(registry, config)
+    loader = models                                     # the first model, for the metrics
 
     def gauge(fn):
         def read():
@@ -393,10 +501,9 @@ def create_app(engine_or_factory, config: ServerConfig | None = None, *, tokeniz
         "reame_adaptive_refused_total": adapt("refused"),
     })
 
-    metrics.model_name = lambda: (loader.service.id if loader.service is not None
-                                  else model_names(None, config)[0])
+    metrics.model_name = lambda: registry.default.id
 
-    middleware = [RequestMetrics(metrics)]
+    middleware = [RequestMetrics(metrics), ReleaseModels()]
     origins = config.cors_allow_origins()
     if origins is not None:             # before Auth: a 401 must carry CORS headers to be read
         middleware.append(falcon.CORSMiddleware(allow_origins=origins,
@@ -405,38 +512,38 @@ def create_app(engine_or_factory, config: ServerConfig | None = None, *, tokeniz
         middleware.append(Auth(config.api_key))
     app = ReameApp(middleware=middleware)
     app.req_options.strip_url_path_trailing_slash = True
-    app.add_route("/v1/chat/completions", Generate("chat", loader, config, metrics))
-    app.add_route("/v1/completions", Generate("completion", loader, config, metrics))
-    messages = Messages(loader, config, metrics, _read_body)
+    app.add_route("/v1/chat/completions", Generate("chat", models, config, metrics))
+    app.add_route("/v1/completions", Generate("completion", models, config, metrics))
+    messages = Messages(models, config, metrics, _read_body)
     app.add_route("/v1/messages", messages)
     app.add_route("/v1/messages/count_tokens", messages, suffix="count_tokens")
-    models = Models(loader, config)
-    app.add_route("/v1/models", models)
-    app.add_route("/v1/models/{model_id}", models, suffix="item")
-    app.add_route("/health", Health(loader))
+    cards = Models(models, config)
+    app.add_route("/v1/models", cards)
+    app.add_route("/v1/models/{model_id}", cards, suffix="item")
+    app.add_route("/health", Health(models))
     app.add_route("/metrics", MetricsResource(metrics))
-    app.add_route("/v1/embeddings", Embeddings(loader, config, metrics))
-    tokenize = Tokenize(loader, config)
+    app.add_route("/v1/embeddings", Embeddings(models, config, metrics))
+    tokenize = Tokenize(models, config)
     app.add_route("/tokenize", tokenize)
     app.add_route("/detokenize", tokenize, suffix="detokenize")
-    adaptive = Adaptive(loader, config)
+    adaptive = Adaptive(models, config)
     app.add_route("/v1/adaptive", adaptive)
     app.add_route("/v1/adaptive/freeze", adaptive, suffix="freeze")
     app.add_route("/v1/adaptive/unfreeze", adaptive, suffix="unfreeze")
     from .responses_api import Responses
-    responses = Responses(loader, config, metrics)
+    responses = Responses(models, config, metrics)
     app.add_route("/v1/responses", responses)
     app.add_route("/v1/responses/{response_id}", responses, suffix="item")
     app.add_route("/v1/responses/{response_id}/input_items", responses, suffix="input_items")
     app.add_error_handler(Exception, handle_unexpected)
     app.add_error_handler(falcon.HTTPError, handle_http_error)
     app.add_error_handler(APIError, handle_api_error)
-    app.reame = AppHandle(loader, metrics, config)
+    app.reame = AppHandle(models, metrics, config)
     return app
 
 
 class ReameApp(falcon.App):
-    """falcon.App plus `.reame`, the handle on its loader, metrics and config."""
+    """falcon.App plus `.reame`, the handle on its models, metrics and config."""
 
     reame: "AppHandle"
 
@@ -444,18 +551,25 @@ class ReameApp(falcon.App):
 class AppHandle:
     """What the runner and tests reach through `app.reame`."""
 
-    def __init__(self, loader: Loader, metrics: Metrics, config: ServerConfig):
-        self.loader, self.metrics, self.config = loader, metrics, config
+    def __init__(self, models: ServedModels, metrics: Metrics, config: ServerConfig):
+        self.served, self.metrics, self.config = models, metrics, config
+        self.models = models.registry
 
     def start(self) -> None:
-        """Begin loading the model in this process and publishing metrics to the shared dir."""
-        self.loader.start()
+        """Begin loading the first model in this process and publishing metrics to the shared
+        dir."""
+        self.models.start()
         if self.config.metrics_dir:
             self.metrics.start_publishing()
 
+    def stop(self) -> None:
+        """Stop every model's engine thread (saving what it learned)."""
+        self.models.stop()
+
     @property
     def service(self) -> ModelService | None:
-        return self.loader.service
+        """The first model's service, when loaded."""
+        return self.served.service
 
 
 def _is_factory(x) -> bool:

@@ -22,8 +22,25 @@ def add_serve_command(subparsers) -> None:
     p.add_argument("model", nargs="?", default=None,
                    help="a .gguf file, or a model name: org/repo[:QUANT] or "
                    "hf://org/repo/FILE.gguf (downloaded with the 'hub' extra)")
-    p.add_argument("--model", dest="model_flag", default=None, metavar="MODEL",
-                   help="the same as the positional MODEL (give one of the two)")
+    p.add_argument("--model", dest="model_flag", action="append", default=None,
+                   metavar="[NAME=]MODEL[,key=value...]",
+                   help="a model to serve (repeat for several: a request's `model` picks one, "
+                        "the first is the default). NAME= names it (else its file's name); "
+                        "keys set this model's own pooling, ctx-size, kv-cache-mb, kv-type, "
+                        "max-seqs, threads, chat-template-file, keep-alive")
+    p.add_argument("--models-dir", default=None, metavar="DIR",
+                   help="serve every .gguf file in DIR too, named by its file "
+                        "(default: $REAME_MODELS_DIR)")
+    p.add_argument("--memory-budget-mb", type=int, default=None, metavar="MIB",
+                   help="memory per worker that the loaded models share (weights, KV caches, "
+                        "buffers); the least recently used idle model is unloaded to load "
+                        "another (default: $REAME_MEMORY_BUDGET_MB, else 90%% of what the "
+                        "host or container leaves at start)")
+    p.add_argument("--keep-alive", default=None, metavar="DURATION",
+                   help="how long an idle model stays loaded: seconds or 30s, 5m, 1h; "
+                        "negative: forever; a request's `keep_alive` overrides it for its "
+                        "model (default: $REAME_KEEP_ALIVE, else 5m with several models, "
+                        "forever with one)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
     p.add_argument("--port", type=int, default=8000, help="port to listen on (default: %(default)s)")
     p.add_argument("--workers", type=int, default=None,
@@ -148,22 +165,36 @@ def cmd_serve(args) -> int:
         raise ReameError("--workers must be >= 1")
     if not 0 < args.port < 65536:
         raise ReameError("--port must be in 1..65535")
-    if (args.model is None) == (args.model_flag is None):
-        raise ReameError("give the model once: reame serve MODEL or reame serve --model MODEL"
-                         if args.model is None else
-                         f"two models given ({args.model} and --model {args.model_flag}); "
-                         "a server serves one")
-    args.model = args.model or args.model_flag
     from ..hub import resolve_model
-    args.model = resolve_model(args.model)             # a name: downloaded into the hub cache
-    _check_model(args.model)
+    from .registry import parse_duration, parse_spec
+    specs = ([args.model] if args.model else []) + list(args.model_flag or [])
+    models_dir = args.models_dir or os.environ.get("REAME_MODELS_DIR") or None
+    if not specs and not models_dir and not os.environ.get("REAME_MODELS"):
+        raise ReameError("give a model: reame serve MODEL, --model MODEL (repeatable) or "
+                         "--models-dir DIR")
+    first, more = None, []
+    for text in specs:
+        spec = parse_spec(text)
+        if spec.name is None and not spec.options and first is None:
+            first = os.path.abspath(resolve_model(text))   # a name: downloaded into the cache
+            _check_model(first)
+        else:
+            more.append(text)
+    keep_alive = None
+    if args.keep_alive is not None:
+        try:
+            keep_alive = parse_duration(args.keep_alive)
+        except ValueError as e:
+            raise ReameError(f"--keep-alive: {e}") from None
     if args.chat_template_file and not os.path.isfile(args.chat_template_file):
         raise ReameError(f"{args.chat_template_file}: no such chat template file")
     threads = args.threads
     if threads is None and args.workers > 1 and not bound:    # share the cores (bound
         threads = max(1, len(os.sched_getaffinity(0)) // args.workers)   # workers: their pool's)
     config = ServerConfig.from_env(
-        model=os.path.abspath(args.model), engine=args.engine, threads=threads,
+        model=first, models=tuple(more) or None, models_dir=models_dir,
+        memory_budget_mb=args.memory_budget_mb, keep_alive=keep_alive,
+        engine=args.engine, threads=threads,
         ctx_size=args.ctx_size, kv_type=args.kv_type, act_type=args.act_type,
         attn_type=args.attn_type,
         max_seqs=args.max_seqs, kv_cache_mb=args.kv_cache_mb, block_size=args.block_size,
@@ -179,6 +210,8 @@ def cmd_serve(args) -> int:
         adaptive_report=args.adaptive_report, tpot_limit=args.tpot_limit, pin=pin,
         speculate=args.speculate, speculate_tokens=args.speculate_tokens,
         kernel_tuning=args.kernel_tuning)
+    from .registry import entries_of, specs_of
+    entries_of(config, specs_of(config))   # every file readable, names distinct: before forking
     run(config, host=args.host, port=args.port, workers=args.workers,
         http_threads=args.http_threads, log_level=args.log_level, access_log=args.access_log)
     return 0

@@ -70,6 +70,14 @@ class ServerConfig:
     # yourself (reame.wsgi:app, which does not know how many workers there are) only REAME_PIN
     # turns it on
     pin: str = "off"
+    # several models in one server (reame/server/registry.py): specs of more models than
+    # `model` ("[NAME=]PATH[,key=value...]"), a directory whose .gguf files are served too, the
+    # memory they share, and how long an idle model stays loaded
+    models: tuple = ()
+    models_dir: str | None = None
+    memory_budget_mb: int | None = None  # None: what the host or container leaves at start
+    keep_alive: float | None = None     # seconds; < 0: forever; None: 300 with several models,
+                                        # forever with one
 
     ENV = {  # field -> environment variable
         "model": "REAME_MODEL", "engine": "REAME_ENGINE", "threads": "REAME_THREADS",
@@ -92,6 +100,8 @@ class ServerConfig:
         "tpot_limit": "REAME_TPOT_LIMIT", "pin": "REAME_PIN",
         "speculate": "REAME_SPECULATE", "speculate_tokens": "REAME_SPECULATE_TOKENS",
         "kernel_tuning": "REAME_KERNEL_TUNING",
+        "models": "REAME_MODELS", "models_dir": "REAME_MODELS_DIR",
+        "memory_budget_mb": "REAME_MEMORY_BUDGET_MB", "keep_alive": "REAME_KEEP_ALIVE",
     }
 
     @classmethod
@@ -106,7 +116,12 @@ class ServerConfig:
                 continue
             kind = types[name]
             try:
-                if "int" in kind:
+                if name == "models":             # specs separated by ';'
+                    values[name] = tuple(x.strip() for x in raw.split(";") if x.strip())
+                elif name == "keep_alive":       # seconds, or a duration: 30s, 5m, 1h, -1
+                    from .registry import parse_duration
+                    values[name] = parse_duration(raw)
+                elif "int" in kind:
                     values[name] = int(raw)
                 elif "float" in kind:
                     values[name] = float(raw)
@@ -205,6 +220,10 @@ class ServerConfig:
             raise ReameError("kernel_tuning must be exact or any")
         if self.speculate_tokens < 1024:
             raise ReameError("speculate_tokens must be >= 1024")
+        if self.memory_budget_mb is not None and self.memory_budget_mb < 1:
+            raise ReameError("memory_budget_mb must be >= 1")
+        if self.models_dir is not None and not os.path.isdir(self.models_dir):
+            raise ReameError(f"{self.models_dir}: no such directory (--models-dir)")
         self.cors_allow_origins()
 
     def cors_allow_origins(self):

@@ -80,9 +80,9 @@ class ReameApplication(BaseApplication):
     def load(self):
         """Called in each worker after the fork: build the app and start loading the model."""
         from .app import create_app
-        from .service import engine_factory
+        from .registry import server_registry
         logging.basicConfig(level=self.options.get("loglevel", "info").upper(), format=LOG_FORMAT)
-        app = create_app(engine_factory(self.config), self.config)
+        app = create_app(config=self.config, registry=server_registry(self.config))
         app.reame.start()
         return app
 
@@ -92,13 +92,12 @@ class ReameApplication(BaseApplication):
 
 
 def worker_exit(server, worker) -> None:
-    """In the worker, as it exits: stop the engine thread and save what the adaptive runtime
-    learned (it is also saved every minute)."""
+    """In the worker, as it exits: stop every model's engine thread and save what its adaptive
+    runtime learned (it is also saved every minute)."""
     handle = getattr(getattr(worker, "wsgi", None), "reame", None)
-    service = getattr(handle, "service", None)
-    if service is not None:
+    if handle is not None:
         try:
-            service.stop()
+            handle.stop()
         except Exception:                    # exiting anyway: never mask the exit
             logging.getLogger("reame.server").exception("stopping the service failed")
 

@@ -338,13 +338,13 @@ def stream_events(job: Job, omit_thinking: bool = False):
 class Messages:
     """POST /v1/messages and POST /v1/messages/count_tokens."""
 
-    def __init__(self, loader, config, metrics, read_body):
-        self.loader, self.config, self.metrics = loader, config, metrics
+    def __init__(self, models, config, metrics, read_body):
+        self.models, self.config, self.metrics = models, config, metrics
         self.read_body = read_body
 
     def _parse(self, req, count_only: bool):
         body = parse_json(self.read_body(req, self.config.max_body_bytes))
-        service = self.loader.get(self.config.retry_after)
+        service = self.models.get(req, body)
         r, gr = parse_messages(body, service.n_vocab, service.max_n, count_only)
         service.check_model(gr.model)
         return service, r, gr

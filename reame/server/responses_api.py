@@ -354,8 +354,8 @@ def output_items(message: dict, finish: str, logprobs: list | None) -> list[dict
 class Responses:
     """POST /v1/responses; GET and DELETE /v1/responses/{response_id}."""
 
-    def __init__(self, loader, config, metrics, store: ResponseStore | None = None):
-        self.loader, self.config, self.metrics = loader, config, metrics
+    def __init__(self, models, config, metrics, store: ResponseStore | None = None):
+        self.models, self.config, self.metrics = models, config, metrics
         self.store = store if store is not None else ResponseStore.from_env()
 
     # -- create --
@@ -386,7 +386,7 @@ class Responses:
             messages.insert(0, {"role": "system", "content": r.instructions})
             origins.insert(0, "instructions")
         cbody, tool_index = chat_body(r, messages)
-        service = self.loader.get(self.config.retry_after)
+        service = self.models.get(req, body)
         try:
             g = parse_chat(cbody, service.n_vocab, 1)
             service.check_model(g.model)

@@ -1,18 +1,18 @@
 """The model a worker serves: engine, tokenizer, chat template, names and the engine thread.
 
 `ModelService` turns validated requests into prompt token ids (checking them against the
-context) and submits them to the scheduler. `Loader` builds the service in a background thread
-after the worker has forked, so `/health` can answer 503 while the model loads.
+context) and submits them to the scheduler. The registry (registry.py) builds services in a
+background thread after the worker has forked, so `/health` can answer 503 while the first
+model loads, and others load on demand.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, NamedTuple
 
 from ..errors import ReameError, TemplateError
 from ..generate import Generation
@@ -75,7 +75,10 @@ class OutputPlan:
 
 class ModelService:
     def __init__(self, engine, tokenizer, config: ServerConfig, chat_template=None,
-                 template_error: str | None = None):
+                 template_error: str | None = None, turns=None, served_as: str | None = None):
+        """`turns`: the reame.turns.Turns of the process's models (None: this one alone);
+        `served_as`: a name that keeps this model's learned strategy apart from the same
+        file's served under another name."""
         self.engine, self.tok, self.config = engine, tokenizer, config
         self.template = chat_template
         self.template_error = template_error
@@ -98,7 +101,9 @@ class ModelService:
                                             state_dir=config.adaptive_dir,
                                             report_every=config.adaptive_report,
                                             tpot_limit=config.tpot_limit,
-                                            exact_kernels=config.kernel_tuning == "exact")
+                                            exact_kernels=config.kernel_tuning == "exact",
+                                            served_as=served_as)
+            self.adaptive.model_name = self.id
         self.speculator = None
         if config.speculating:
             from ..speculate import Speculator
@@ -106,7 +111,8 @@ class ModelService:
             if self.adaptive is not None:       # reported and saved with the strategy
                 self.adaptive.speculator = self.speculator
         self.scheduler = Scheduler(engine, params, salt=model_identity(engine),
-                                   adaptive=self.adaptive, speculator=self.speculator)
+                                   adaptive=self.adaptive, speculator=self.speculator,
+                                   turns=turns)
         self.n_embd = getattr(getattr(engine, "config", None), "n_embd", 0)
         self.warmer = None                          # computes saved hot prefixes (start)
         self.pooling, self.pooling_error = embedding_pooling(engine, config)
@@ -146,6 +152,25 @@ class ModelService:
         self.scheduler.stop()
         if self.adaptive is not None:
             self.adaptive.save()
+
+    @property
+    def busy(self) -> bool:
+        """A request of this model is in the scheduler (it must not be unloaded)."""
+        return self.scheduler.busy
+
+    def close(self) -> None:
+        """After stop(): let go of the engine's memory (weights, KV pool, buffers) now, not when
+        the last reference to this service goes (a finished response may still hold it for
+        its tokenizer)."""
+        close = getattr(self.engine, "close", None)
+        if callable(close):
+            close()
+        self.scheduler.turns.forget(self.scheduler)
+        self.engine = self.scheduler.engine = None
+        self.scheduler.planner = None
+        if self.adaptive is not None:
+            self.adaptive.engine = None
+        self.warmer = None
 
     @property
     def max_n(self) -> int:
@@ -387,8 +412,10 @@ def embedding_pooling(engine, config: ServerConfig) -> tuple[str | None, str | N
                   "--pooling chooses one)")
 
 
-def build_service(engine, config: ServerConfig, tokenizer=None, chat_template=None) -> ModelService:
-    """A started service over an engine; tokenizer and template default to the model's own."""
+def build_service(engine, config: ServerConfig, tokenizer=None, chat_template=None, *,
+                  turns=None, served_as: str | None = None) -> ModelService:
+    """A started service over an engine; tokenizer and template default to the model's own
+    (`turns`, `served_as`: ModelService's)."""
     metadata = getattr(getattr(engine, "model", None), "metadata", None)
     if tokenizer is None:
         from ..tokenizer import Tokenizer
@@ -405,72 +432,55 @@ def build_service(engine, config: ServerConfig, tokenizer=None, chat_template=No
                 raise ReameError(f"chat template {config.chat_template_file}: {e}") from e
             template_error = str(e)
             log.warning("chat completions disabled: %s", e)
-    return ModelService(engine, tokenizer, config, chat_template, template_error).start()
+    return ModelService(engine, tokenizer, config, chat_template, template_error, turns=turns,
+                        served_as=served_as).start()
 
 
-class Loader:
-    """Builds the service once per process, in a background thread; reports the state."""
-
-    def __init__(self, build: Callable[[], ModelService]):
-        self._build = build
-        self._lock = threading.Lock()
-        self._pid: int | None = None
-        self.service: ModelService | None = None
-        self.error: str | None = None
-        self.t_start: float | None = None
-
-    @classmethod
-    def ready(cls, service: ModelService) -> "Loader":
-        ld = cls(lambda: service)
-        ld._pid, ld.service = os.getpid(), service
-        return ld
-
-    @property
-    def state(self) -> str:
-        if self.service is not None:
-            return "ready"
-        if self.error is not None:
-            return "failed"
-        return "loading" if self._pid == os.getpid() else "idle"
-
-    def start(self) -> None:
-        """Start loading in this process (again after a fork: threads do not survive fork)."""
-        if self._pid == os.getpid():
-            return
-        with self._lock:
-            if self._pid == os.getpid():
-                return
-            self._pid = os.getpid()
-            self.service, self.error = None, None
-            self.t_start = time.monotonic()
-            threading.Thread(target=self._run, name="reame-loader", daemon=True).start()
-
-    def _run(self) -> None:
-        try:
-            service = self._build()
-        except BaseException as e:                  # report it on /health, keep the worker up
-            log.exception("loading the model failed")
-            self.error = str(e) or type(e).__name__
-            return
-        self.service = service
-        log.info("model ready in %.1f s: %s", time.monotonic() - self.t_start, service.id)
-
-    def get(self, retry_after: int = 1) -> ModelService:
-        self.start()
-        if self.service is not None:
-            return self.service
-        if self.error is not None:
-            raise APIError(503, f"The model failed to load: {self.error}", "server_error", None,
-                           "model_load_failed")
-        raise APIError(503, "The model is loading; retry shortly.", "server_error", None,
-                       "model_loading", {"Retry-After": str(retry_after)})
+def kv_plan(config: ServerConfig, model_config) -> tuple[int, int]:
+    """(KV blocks, context per sequence) of the configured pool for this model."""
+    from ..engines import kv_budget
+    from ..kv_cache import DEFAULT_MAX_CTX
+    c = model_config
+    n_ctx = config.ctx_size or min(c.n_ctx_train, DEFAULT_MAX_CTX)
+    start, _ = config.batch_limits()
+    # the default pool: a whole context for each sequence of the starting batch (a bigger
+    # batch the adaptive runtime picks shares it: sequences hold what they use)
+    return kv_budget(c, n_ctx, start, config.kv_type, config.block_size, config.kv_cache_mb,
+                     config.workers)
 
 
-def engine_factory(config: ServerConfig) -> Callable[[], object]:
-    """A factory that loads the GGUF file and builds the configured engine (call it after fork)."""
+class Footprint(NamedTuple):
+    need: int           # bytes the model takes once loaded
+    size: int           # bytes of its file
+    name: str           # general.name (the architecture's when the file has none)
+
+
+def memory_need(config: ServerConfig) -> Footprint:
+    """What the model takes once loaded, from the GGUF header (no weight is read): its
+    weights, its KV pool (kv_plan) and the engine's step buffers (activations of the largest
+    step and its logits rows, float32). What a server of several models budgets for it."""
+    from ..jit.engine import MAX_BATCH_TOKENS
+    from ..kv_cache import bytes_per_token
+    from ..model import load_model
+    model = load_model(config.model)        # the header and the tensor table, no weight read
+    c = model.config
+    weights = sum(t.data.nbytes for t in model.tensors.values())
+    blocks, _ = kv_plan(config, c)
+    kv = blocks * config.block_size * bytes_per_token(c.n_layer, c.n_head_kv, c.head_dim,
+                                                      c.head_dim_v, config.kv_type)
+    _, slots = config.batch_limits()
+    width = 6 * c.n_embd + 2 * (c.n_head * max(c.head_dim, c.head_dim_v)) \
+        + 2 * max(c.n_ff, getattr(c, "n_ff_shexp", 0) or 0)
+    buffers = 4 * (MAX_BATCH_TOKENS * width + max(slots, 16) * c.n_vocab)
+    size = os.path.getsize(config.model)
+    return Footprint(weights + kv + buffers, size, c.name)
+
+
+def engine_factory(config: ServerConfig, shared_pools: bool = False) -> Callable[[], object]:
+    """A factory that loads the GGUF file and builds the configured engine (call it after fork).
+    `shared_pools`: the JIT runs on the process's compute threads (several models)."""
     def build():
-        from ..engines import DEFAULT_ENGINE, create_engine, kv_budget
-        from ..kv_cache import DEFAULT_MAX_CTX
+        from ..engines import DEFAULT_ENGINE, create_engine
         from ..model import load_model
         if not config.model:
             raise ReameError("no model: pass MODEL.gguf to `reame serve` or set REAME_MODEL")
@@ -483,18 +493,14 @@ def engine_factory(config: ServerConfig) -> Callable[[], object]:
             log.info("bound to CPUs %s (--pin %s): %d compute threads, one per core",
                      ",".join(map(str, sorted(cpus))), config.pin, threads)
         model = load_model(config.model)
-        c = model.config
-        n_ctx = config.ctx_size or min(c.n_ctx_train, DEFAULT_MAX_CTX)
         start, slots = config.batch_limits()
-        # the default pool: a whole context for each sequence of the starting batch (a bigger
-        # batch the adaptive runtime picks shares it: sequences hold what they use)
-        blocks, n_ctx = kv_budget(c, n_ctx, start, config.kv_type, config.block_size,
-                                  config.kv_cache_mb, config.workers)
+        blocks, n_ctx = kv_plan(config, model.config)
         engine = create_engine(model, config.engine or DEFAULT_ENGINE, n_ctx=n_ctx,
                                max_seqs=slots, kv_type=config.kv_type,
                                threads=threads, act_type=config.act_type,
                                attn_type=config.attn_type,
-                               block_size=config.block_size, kv_blocks=blocks, cpus=cpus)
+                               block_size=config.block_size, kv_blocks=blocks, cpus=cpus,
+                               shared_pools=shared_pools)
         kv = engine.kv
         log.info("KV cache: %.0f MiB, %d blocks of %d positions (%d tokens, %s)%s; context %d "
                  "per sequence, %s sequences at once", blocks * kv.block_bytes / 2**20,

@@ -4,7 +4,8 @@ A restart that saved hot prefixes used to queue them all as one request ahead of
 client: /health said 200 while nothing was answered for as long as they took (~85 s for long
 prefixes on 2 cores, issue 29). Here they are computed a piece at a time (PIECE tokens, whole
 KV blocks, each piece a prefix-cache hit for everything before it) and a piece starts only when
-no request runs or waits: a client arriving during warm-up shares at most one piece's steps.
+no request runs or waits, of this model or (Turns.may_idle) another served by the process: a
+client arriving during warm-up shares at most one piece's steps.
 `tick()` is the whole decision, so tests drive it without a thread or a clock.
 """
 
@@ -48,8 +49,9 @@ class PrefixWarmer:
                 return True
             self.current = None
         s = self.scheduler
-        if s.running or s.queue_depth:
-            return True                            # clients first
+        turns = getattr(s, "turns", None)
+        if s.running or s.queue_depth or (turns is not None and not turns.may_idle(s)):
+            return True                            # clients first, this model's or another's
         i = next(k for k, (d, p) in enumerate(zip(self.done, self.prefixes)) if d < len(p))
         end = min(len(self.prefixes[i]), self.done[i] + self.piece)
         try:

@@ -457,7 +457,6 @@ def entries_of(config: ServerConfig, specs: list[ModelSpec]) -> list[ModelEntry]
     several = len(specs) > 1
     default_keep = (config.keep_alive if config.keep_alive is not None
                     else KEEP_ALIVE if several else math.inf)
-    paths = [s.path for s in specs]
     out, ids = [], {}
     for spec in specs:
         opts = dict(spec.options)
@@ -466,8 +465,6 @@ def entries_of(config: ServerConfig, specs: list[ModelSpec]) -> list[ModelEntry]
             opts["model_alias"] = spec.name
         elif spec is not specs[0]:         # --alias names the first model only
             opts["model_alias"] = None
-        if not spec.name and paths.count(spec.path) > 1:
-            raise ReameError(f"{spec.path} is served twice: name each (--model NAME=PATH)")
         cfg = replace(config, model=spec.path, models=(), models_dir=None, **opts)
         cfg.check()
         if not os.path.isfile(spec.path):

@@ -98,7 +98,8 @@ def test_strategy_and_mode_settings_are_checked(tmp_path):
 
 def test_serve_takes_the_model_as_a_flag_too(stories_path, monkeypatch):
     """`reame serve --model PATH` (the quick start many guides show) as well as the positional
-    path; both, or neither, is an error naming the fix."""
+    path; neither is an error naming the fix; several (positional and --model, or --model
+    repeated) serve several models, the first the default; two with one name is an error."""
     from reame.server import cli as serve_cli
     got = {}
     monkeypatch.setattr("reame.server.gunicorn_app.run", lambda config, **kw: got.update(c=config))
@@ -107,8 +108,16 @@ def test_serve_takes_the_model_as_a_flag_too(stories_path, monkeypatch):
     for argv in (["serve", "--model", str(stories_path)], ["serve", str(stories_path)]):
         args = parser.parse_args(argv + ["--pin", "off"])
         assert args.func(args) == 0 and got.pop("c").model == str(stories_path)
-    for argv, why in ((["serve"], "give the model once"),
-                      (["serve", str(stories_path), "--model", str(stories_path)], "two models")):
+    args = parser.parse_args(["serve", str(stories_path), "--model", f"b={stories_path}",
+                              "--model", f"c={stories_path},pooling=mean", "--pin", "off"])
+    assert args.func(args) == 0
+    c = got.pop("c")
+    assert c.model == str(stories_path) and c.models == (f"b={stories_path}",
+                                                         f"c={stories_path},pooling=mean")
+    for argv, why in ((["serve"], "give a model"),
+                      (["serve", str(stories_path), "--model", str(stories_path)],
+                       "two models are named 'stories260K'"),
+                      (["serve", "--model", f"{stories_path},colour=red"], "not one of")):
         args = parser.parse_args(argv + ["--pin", "off"])
         with pytest.raises(ReameError, match=why):
             args.func(args)

@@ -119,11 +119,10 @@ class Models:
     def __init__(self, models: "ServedModels", config: ServerConfig):
         self.models, self.config = models, config
 
-    @staticmethod
-    def _card(e: ModelEntry) -> dict:
+    def _card(self, e: ModelEntry) -> dict:
         s = e.service
-        card = {"id": e.id, "object": "model", "owned_by": "reame", "aliases": e.names[1:],
-                **e.card()}
+        card = {"id": e.id, "object": "model", "owned_by": "reame",
+                "aliases": self.models.registry.aliases(e), **e.card()}
         if s is not None:
             card.update(created=s.created, max_model_len=s.n_ctx)
         else:

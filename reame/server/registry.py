@@ -195,6 +195,10 @@ class ModelRegistry:
         self._reaper: threading.Thread | None = None
         self._stop = threading.Event()
 
+    def aliases(self, e: ModelEntry) -> list[str]:
+        """The other names that pick `e` (a name two models share picks the first)."""
+        return [n for n in e.names[1:] if self._by_name.get(n) is e]
+
     @property
     def default(self) -> ModelEntry:
         return self.entries[0]

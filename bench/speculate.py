@@ -549,9 +549,10 @@ def _get(url: str, path: str):
         return None
 
 
-def reame_state(url: str) -> dict:
+def reame_state(url: str, model: str | None = None) -> dict:
     """What Reame says about its speculation: the "speculation" section of GET /v1/adaptive
-    (None if absent) and the `vllm:spec_decode*` lines of GET /metrics."""
+    (None if absent) and the `vllm:spec_decode*` lines of GET /metrics (those of `model` when
+    given: each model served has its own, labelled model_name)."""
     spec, keys = None, None
     r = _get(url, "/v1/adaptive")
     if r is not None:
@@ -562,7 +563,9 @@ def reame_state(url: str) -> dict:
         except ValueError:
             pass
     m = _get(url, "/metrics")
-    lines = [x for x in m.text.splitlines() if x.startswith("vllm:spec_decode")] if m else []
+    lines = [x for x in m.text.splitlines() if x.startswith("vllm:spec_decode")
+             and (model is None or "model_name=" not in x or f'model_name="{model}"' in x)
+             ] if m else []
     return {"speculation": spec, "adaptive_keys": keys, "spec_metrics": lines}
 
 
@@ -606,7 +609,7 @@ def run_server(name: str, a, workload: str, requests: list[dict], body: dict, co
         sbody = {**body, "model": mid} if mid else body
         warm_up(url, sbody)
         records = asyncio.run(replay(url, requests, sbody, concurrency))
-        state = reame_state(url) if name.startswith("reame") else {}
+        state = reame_state(url, mid) if name.startswith("reame") else {}
     run = {"server": name, "workload": workload, "concurrency": concurrency,
            "command": shlex.join(cmd), "summary": summarize(records), **state,
            "exit_code": proc.returncode if proc else None, "requests": records}

@@ -18,7 +18,7 @@ import pytest
 
 from bench.synth import synth_model
 from conftest import shared_path
-from test_server_e2e import ReameServer, http
+from test_server_e2e import ReameServer, http, per_model
 
 KEY = "sk-test"
 WEATHER = {"type": "function", "function": {
@@ -239,11 +239,11 @@ def test_adaptive_report_freeze_and_metrics(server):
     status, _, body = http("POST", server.url + "/v1/adaptive/freeze", headers=auth)
     assert status == 200 and json.loads(body)["frozen"] is True
     m = server.metrics(headers=auth)
-    assert m["reame_adaptive_frozen"] == 1
-    assert m["reame_adaptive_max_batch"] == r["batch"]["max_batch"]
+    assert m[per_model("reame_adaptive_frozen", "m")] == 1
+    assert m[per_model("reame_adaptive_max_batch", "m")] == r["batch"]["max_batch"]
     status, _, body = http("POST", server.url + "/v1/adaptive/unfreeze", headers=auth)
     assert json.loads(body)["frozen"] is False
-    assert server.metrics(headers=auth)["reame_adaptive_frozen"] == 0
+    assert server.metrics(headers=auth)[per_model("reame_adaptive_frozen", "m")] == 0
 
 
 def test_freezing_needs_an_api_key_on_the_server(thinking_server):

@@ -195,9 +195,15 @@ class FakeChat:
                                                                     "proposed": 10,
                                                                     "accepted": 7}})
                 elif self.path == "/metrics":
-                    self.send(200, b"# HELP x\nvllm:spec_decode_num_draft_tokens_total 40\n"
-                                   b"vllm:spec_decode_num_accepted_tokens_total 30\n"
-                                   b"vllm:num_requests_running 0\n", "text/plain")
+                    self.send(200, b"# HELP x\n"          # per model, as Reame's
+                              b'vllm:spec_decode_num_draft_tokens_total{model_name="fake-model",'
+                              b'engine="0"} 40\n'
+                              b'vllm:spec_decode_num_accepted_tokens_total{model_name='
+                              b'"fake-model",engine="0"} 30\n'
+                              b'vllm:spec_decode_num_draft_tokens_total{model_name="other",'
+                              b'engine="0"} 99\n'
+                              b'vllm:num_requests_running{model_name="fake-model",engine="0"}'
+                              b" 0\n", "text/plain")
                 else:
                     self.send(200, {"data": [{"id": "fake-model"}]})
 
@@ -320,8 +326,9 @@ def test_main_end_to_end_with_a_fake_server(fake, tmp_path, monkeypatch, capsys)
     assert "mismatches" not in runs["llama", "repetitive"]
     on = runs["reame-on", "repetitive"]
     assert on["speculation"] == {"mode": "reame-on", "proposed": 10, "accepted": 7}
-    assert on["spec_metrics"] == ["vllm:spec_decode_num_draft_tokens_total 40",
-                                  "vllm:spec_decode_num_accepted_tokens_total 30"]
+    assert on["spec_metrics"] == [       # the benchmarked model's lines, not another's
+        'vllm:spec_decode_num_draft_tokens_total{model_name="fake-model",engine="0"} 40',
+        'vllm:spec_decode_num_accepted_tokens_total{model_name="fake-model",engine="0"} 30']
     summary = {(s["server"], s["workload"]): s for s in res["summary"]}
     assert summary["reame-on", "repetitive"]["acceptance"] == [30, 40]
     assert summary["llama-ngram", "repetitive"]["acceptance"] == [36, 48]

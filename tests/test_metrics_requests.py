@@ -18,6 +18,8 @@ from reame.server import ServerConfig, create_app
 from reame.server.metrics import Metrics
 
 DELAY = 0.02                    # seconds per engine step
+MODEL = "stories260K"           # the served model's id (model_name of every reame_* series but
+                                # reame_requests_total)
 
 
 class SlowEngine:
@@ -101,9 +103,10 @@ def test_request_success_counts_each_sequence_by_finished_reason(scraped, storie
     want = {"abort": 2, "length": 1 + 2, "stop": 1}
     want[sent["free_reason"]] += 1
     for reason, n in want.items():
-        assert value(m, "reame_request_success_total", finished_reason=reason) == n, reason
+        assert value(m, "reame_request_success_total", model_name=MODEL,
+                     finished_reason=reason) == n, reason
         assert value(m, "vllm:request_success_total", finished_reason=reason,
-                     model_name="stories260K", engine=0) == n, reason
+                     model_name=MODEL, engine=0) == n, reason
 
 
 def test_token_histograms_are_per_sequence(scraped):
@@ -111,18 +114,18 @@ def test_token_histograms_are_per_sequence(scraped):
     tokens (what usage reported, the aborted stream's on top). Catches histograms observed
     once per request or fed the request's totals."""
     m, _, sent = scraped
-    assert value(m, "reame_request_prompt_tokens_count") == 7
-    assert value(m, "vllm:request_prompt_tokens_count", model_name="stories260K", engine=0) == 7
+    assert value(m, "reame_request_prompt_tokens_count", model_name=MODEL) == 7
+    assert value(m, "vllm:request_prompt_tokens_count", model_name=MODEL, engine=0) == 7
     known = [sent["queued"], sent["free"], sent["stop"]]
     prompts = sum(u["prompt_tokens"] for u in known) + sent["n2"]["prompt_tokens"] * 2
-    aborted_prompt = value(m, "reame_request_prompt_tokens_sum") - prompts
+    aborted_prompt = value(m, "reame_request_prompt_tokens_sum", model_name=MODEL) - prompts
     assert aborted_prompt == 2 * 5              # BOS + "Once upon a time", twice
     gen = sum(u["completion_tokens"] for u in known) + sent["n2"]["completion_tokens"]
-    aborted = value(m, "reame_request_generation_tokens_sum") - gen
+    aborted = value(m, "reame_request_generation_tokens_sum", model_name=MODEL) - gen
     assert aborted >= 1                         # the stream got at least its first token
-    assert value(m, "reame_request_generation_tokens_count") == 7
+    assert value(m, "reame_request_generation_tokens_count", model_name=MODEL) == 7
     # 3 and 6 tokens: in the le=5 bucket the 3-token ones only (not the 6-token choices)
-    le5 = value(m, "reame_request_generation_tokens_bucket", le="5.0")
+    le5 = value(m, "reame_request_generation_tokens_bucket", model_name=MODEL, le="5.0")
     small = sum(1 for u in known if u["completion_tokens"] <= 5)
     assert aborted <= 5 and le5 == small + 2    # the aborted two had a token or none
 
@@ -133,21 +136,21 @@ def test_phase_times(scraped):
     inference = prefill + decode. Catches a queue time measured to the first token (it would
     hold the prefill step), prefill and decode swapped, decode counted from admission."""
     m, _, sent = scraped
-    assert value(m, "reame_request_queue_time_seconds_count") == 7
-    assert value(m, "reame_request_queue_time_seconds_bucket", le="0.25") == 6
-    assert value(m, "reame_request_queue_time_seconds_bucket", le="0.01") == 6
-    assert value(m, "reame_request_prefill_time_seconds_bucket", le="0.01") == 0
-    assert value(m, "reame_request_prefill_time_seconds_count") == 7
-    assert value(m, "reame_request_prefill_time_seconds_sum") >= 7 * DELAY * 0.9
+    assert value(m, "reame_request_queue_time_seconds_count", model_name=MODEL) == 7
+    assert value(m, "reame_request_queue_time_seconds_bucket", model_name=MODEL, le="0.25") == 6
+    assert value(m, "reame_request_queue_time_seconds_bucket", model_name=MODEL, le="0.01") == 6
+    assert value(m, "reame_request_prefill_time_seconds_bucket", model_name=MODEL, le="0.01") == 0
+    assert value(m, "reame_request_prefill_time_seconds_count", model_name=MODEL) == 7
+    assert value(m, "reame_request_prefill_time_seconds_sum", model_name=MODEL) >= 7 * DELAY * 0.9
     # decode: (tokens - 1) steps of each sequence; the n = 2 choices decode together
     steps = sum(u["completion_tokens"] - 1 for u in (sent["queued"], sent["free"], sent["stop"]))
     steps += 2 * (sent["n2"]["completion_tokens"] // 2 - 1)
-    decode = value(m, "reame_request_decode_time_seconds_sum")
+    decode = value(m, "reame_request_decode_time_seconds_sum", model_name=MODEL)
     assert decode >= steps * DELAY * 0.9
-    inference = value(m, "reame_request_inference_time_seconds_sum")
-    prefill = value(m, "reame_request_prefill_time_seconds_sum")
+    inference = value(m, "reame_request_inference_time_seconds_sum", model_name=MODEL)
+    prefill = value(m, "reame_request_prefill_time_seconds_sum", model_name=MODEL)
     assert inference == pytest.approx(prefill + decode, rel=1e-6)
-    assert value(m, "vllm:request_decode_time_seconds_sum", model_name="stories260K",
+    assert value(m, "vllm:request_decode_time_seconds_sum", model_name=MODEL,
                  engine=0) == pytest.approx(decode)
 
 
@@ -156,7 +159,7 @@ def test_kv_pool_size_is_a_gauge_without_a_counter_suffix(scraped):
     rejects it)."""
     m, text, _ = scraped
     assert "# TYPE reame_kv_blocks_capacity gauge" in text
-    assert value(m, "reame_kv_blocks_capacity") > 0
+    assert value(m, "reame_kv_blocks_capacity", model_name=MODEL) > 0
     assert "reame_kv_blocks_total" not in text
     for line in text.splitlines():              # no other gauge ends in _total
         if line.startswith("# TYPE ") and line.endswith(" gauge"):
@@ -167,13 +170,13 @@ def test_finished_maps_tool_calls_to_stop_and_unknown_to_abort():
     """The API's "tool_calls" is the engine's stop; a sequence without a reason (the client
     left, an error) is an abort; times missing where the sequence never got that far."""
     m = Metrics()
-    m.finished(["tool_calls", None, "length"], [4, 0, 2], [10, 10, 10],
+    m.finished(MODEL, ["tool_calls", None, "length"], [4, 0, 2], [10, 10, 10],
                [(0.0, 1.0, 2.0, 5.0), (0.0, None, None, None), (0.0, 0.5, 1.0, 1.0)])
     p = parse(m.render())
-    assert value(p, "reame_request_success_total", finished_reason="stop") == 1
-    assert value(p, "reame_request_success_total", finished_reason="abort") == 1
-    assert value(p, "reame_request_queue_time_seconds_count") == 2
-    assert value(p, "reame_request_queue_time_seconds_sum") == 1.5
-    assert value(p, "reame_request_prefill_time_seconds_sum") == 1.5
-    assert value(p, "reame_request_decode_time_seconds_sum") == 3.0
-    assert value(p, "reame_request_inference_time_seconds_sum") == 4.5
+    assert value(p, "reame_request_success_total", model_name=MODEL, finished_reason="stop") == 1
+    assert value(p, "reame_request_success_total", model_name=MODEL, finished_reason="abort") == 1
+    assert value(p, "reame_request_queue_time_seconds_count", model_name=MODEL) == 2
+    assert value(p, "reame_request_queue_time_seconds_sum", model_name=MODEL) == 1.5
+    assert value(p, "reame_request_prefill_time_seconds_sum", model_name=MODEL) == 1.5
+    assert value(p, "reame_request_decode_time_seconds_sum", model_name=MODEL) == 3.0
+    assert value(p, "reame_request_inference_time_seconds_sum", model_name=MODEL) == 4.5

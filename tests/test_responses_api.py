@@ -20,7 +20,7 @@ import pytest
 
 from bench.synth import synth_model
 from conftest import shared_path
-from test_server_e2e import ReameServer, http
+from test_server_e2e import ReameServer, http, per_model
 
 from reame.server.responses_api import ResponseStore
 
@@ -466,13 +466,13 @@ def test_a_client_that_leaves_cancels_the_generation(smol, client):
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
         m = smol.metrics(headers=auth)
-        if m.get(key, 0) == before + 1 and m["reame_running_requests"] == 0:
+        if m.get(key, 0) == before + 1 and m[per_model("reame_running_requests", "m")] == 0:
             break
         time.sleep(0.1)
-    assert m.get(key, 0) == before + 1 and m["reame_running_requests"] == 0
-    gen = m["reame_generation_tokens_total"]
+    assert m.get(key, 0) == before + 1 and m[per_model("reame_running_requests", "m")] == 0
+    gen = m[per_model("reame_generation_tokens_total", "m")]
     time.sleep(0.5)
-    assert smol.metrics(headers=auth)["reame_generation_tokens_total"] == gen
+    assert smol.metrics(headers=auth)[per_model("reame_generation_tokens_total", "m")] == gen
 
 
 # ---- pydantic-ai ----

@@ -131,6 +131,12 @@ LONG_CTX = "8192"       # beyond the model's 2048: long generations that outlast
 LONG = 8000             # max_tokens of a generation that must still be running when we hang up
 
 
+def per_model(name: str, model: str = MODEL) -> str:
+    """The key in ReameServer.metrics() of a per-model series: every series but
+    reame_requests_total carries the served model's id as model_name."""
+    return f'{name}{{model_name="{model}"}}'
+
+
 # ---- the API through the official client ----
 
 def test_models(client):
@@ -274,7 +280,7 @@ def test_raw_http_errors(server):
 
 def test_disconnects_leave_nothing_running(server, client):
     """50 streaming requests closed after their first chunk: all their generations end."""
-    before = server.metrics()["reame_generation_tokens_total"]
+    before = server.metrics()[per_model("reame_generation_tokens_total")]
 
     def one(i):
         stream = client.completions.create(model=MODEL, prompt="Once upon a time",
@@ -289,30 +295,31 @@ def test_disconnects_leave_nothing_running(server, client):
     t = time.monotonic() + 10
     while True:
         m = server.metrics()
-        if m["reame_running_requests"] == 0 and m["reame_queue_depth"] == 0:
+        if m[per_model("reame_running_requests")] == 0 and m[per_model("reame_queue_depth")] == 0:
             break
         assert time.monotonic() < t, m
         time.sleep(0.05)
-    assert m["reame_running_sequences"] == 0
+    assert m[per_model("reame_running_sequences")] == 0
     time.sleep(0.3)
-    generated = server.metrics()["reame_generation_tokens_total"] - before
-    assert generated == m["reame_generation_tokens_total"] - before    # nothing still generating
+    generated = server.metrics()[per_model("reame_generation_tokens_total")] - before
+    # nothing still generating
+    assert generated == m[per_model("reame_generation_tokens_total")] - before
     assert generated < 50 * LONG / 10                         # they were cut short, not finished
     assert http("GET", server.url + "/health")[0] == 200
 
 
 def test_non_streaming_client_timeout_cancels(server):
     """A client that gives up on a non-streamed request frees its slot within a poll interval."""
-    before = server.metrics()["reame_generation_tokens_total"]
+    before = server.metrics()[per_model("reame_generation_tokens_total")]
     impatient = server.client(timeout=0.3)
     with pytest.raises(openai.APITimeoutError):
         impatient.completions.create(model=MODEL, prompt="Once upon a time", max_tokens=LONG,
                                      n=4, extra_body={"ignore_eos": True})
     t = time.monotonic() + 5
-    while server.metrics()["reame_running_requests"] != 0:
+    while server.metrics()[per_model("reame_running_requests")] != 0:
         assert time.monotonic() < t, "the abandoned generation kept running"
         time.sleep(0.05)
-    assert server.metrics()["reame_generation_tokens_total"] - before < 4 * LONG
+    assert server.metrics()[per_model("reame_generation_tokens_total")] - before < 4 * LONG
 
 
 @pytest.fixture(scope="module")
@@ -349,7 +356,7 @@ def test_overload_gets_429_and_accepted_requests_complete(small_server):
     assert http("GET", small_server.url + "/health")[0] == 200
     m = small_server.metrics()
     assert m['reame_requests_total{endpoint="/v1/completions",status="429"}'] == codes.count(429)
-    assert m["reame_running_requests"] == 0
+    assert m[per_model("reame_running_requests")] == 0
     # and it still serves
     assert client.completions.create(model=MODEL, prompt="Once", max_tokens=2).usage
 
@@ -388,7 +395,7 @@ def test_two_workers_share_metrics(stories_path, tmp_path_factory):
     try:
         # /health answered by one worker; wait until both have loaded their replica
         t = time.monotonic() + 60
-        while s.metrics()["reame_model_loaded"] != 2:
+        while s.metrics()[per_model("reame_model_loaded")] != 2:
             assert time.monotonic() < t, s.log()
             time.sleep(0.2)
         client = s.client()
@@ -398,7 +405,7 @@ def test_two_workers_share_metrics(stories_path, tmp_path_factory):
         time.sleep(1.5)                         # each worker publishes its snapshot every second
         m = s.metrics()
         assert m['reame_requests_total{endpoint="/v1/completions",status="200"}'] == 8
-        assert m["reame_generation_tokens_total"] == 24
+        assert m[per_model("reame_generation_tokens_total")] == 24
         assert "Booting worker" in s.log()
     finally:
         s.stop()

@@ -27,7 +27,7 @@ from reame.server import ServerConfig, create_app
 from reame.server.metrics import SERIES, VLLM_SERIES, Metrics
 from reame.server.worker import RequestReader, http_error, parse_error_status
 
-from test_server_e2e import LONG, LONG_CTX, MODEL, ReameServer, http
+from test_server_e2e import LONG, LONG_CTX, MODEL, ReameServer, http, per_model
 from test_server_unit import assert_error, new_engine, sse_events, stop_app
 
 ORIGIN = "https://app.example.com"
@@ -193,15 +193,15 @@ def summed(parsed: dict, name: str, **labels) -> float:
 
 
 def vllm_matches_reame(parsed: dict, model: str) -> int:
-    """Every vllm:* series equals its reame_* source (both summed over their other labels);
-    the number of values compared."""
+    """Every vllm:* series of `model` equals its reame_* source of that model (both summed
+    over their other labels); the number of values compared."""
     sample = summed
     checked = 0
     lab = {"model_name": model, "engine": "0"}
     for name, (kind, _, source) in VLLM_SERIES.items():
         src = {}
         for (n, labels), v in parsed.items():
-            if n.startswith(source):
+            if n.startswith(source) and dict(labels)["model_name"] == model:
                 key = (n[len(source):], dict(labels).get("le"))
                 src[key] = src.get(key, 0.0) + v
         if kind == "histogram":
@@ -218,42 +218,66 @@ def vllm_matches_reame(parsed: dict, model: str) -> int:
     return checked
 
 
+class FakeService:
+    """The values the model series below read, as a model's service would give them."""
+
+    def __init__(self, **values):
+        self.__dict__.update(values)
+
+
 def test_vllm_series_parse_and_equal_the_reame_ones():
+    """Two models: each one's vllm:* series equal its own reame_* ones."""
     m = Metrics()
-    m.model_name = lambda: "my-model"
-    m.inc("reame_prompt_tokens_total", 17)
-    m.inc("reame_generation_tokens_total", 40)
+    mine = FakeService(running=3, waiting=5, used=6, capacity=24, queries=128, hits=64,
+                       preemptions=2)
+    other = FakeService(running=1, waiting=0, used=2, capacity=8, queries=4, hits=0,
+                        preemptions=0)
+    m.models = lambda: {"my-model": mine, "other-model": other}
+    for model in ("my-model", "other-model"):
+        m.inc("reame_prompt_tokens_total", 17, (model,))
+        m.inc("reame_generation_tokens_total", 40, (model,))
     for v in (0.02, 0.3, 7.0):
-        m.observe("reame_time_to_first_token_seconds", v)
-        m.observe("reame_time_per_output_token_seconds", v / 10)
-    m.observe("reame_request_duration_seconds", 0.7, ("/v1/completions",))
-    m.observe("reame_request_duration_seconds", 3.0, ("/v1/chat/completions",))
-    m.gauges.update({"reame_running_requests": lambda: 3, "reame_queue_depth": lambda: 5,
-                     "reame_kv_blocks_used": lambda: 6, "reame_kv_blocks_capacity": lambda: 24,
-                     "reame_kv_cache_usage_ratio": lambda: 0.25})
-    m.counters.update({"reame_prefix_cache_queries_total": lambda: 128,
-                       "reame_prefix_cache_hits_total": lambda: 64,
-                       "reame_preemptions_total": lambda: 2})
+        m.observe("reame_time_to_first_token_seconds", v, ("my-model",))
+        m.observe("reame_time_per_output_token_seconds", v / 10, ("my-model",))
+    m.observe("reame_time_to_first_token_seconds", 0.1, ("other-model",))
+    m.observe("reame_request_duration_seconds", 0.7, ("my-model", "/v1/completions"))
+    m.observe("reame_request_duration_seconds", 3.0, ("my-model", "/v1/chat/completions"))
+    m.observe("reame_request_duration_seconds", 1.0, ("other-model", "/v1/completions"))
+    m.model_gauges.update({"reame_running_requests": lambda s: s.running,
+                           "reame_queue_depth": lambda s: s.waiting,
+                           "reame_kv_blocks_used": lambda s: s.used,
+                           "reame_kv_blocks_capacity": lambda s: s.capacity,
+                           "reame_kv_cache_usage_ratio": lambda s: s.used / s.capacity})
+    m.model_counters.update({"reame_prefix_cache_queries_total": lambda s: s.queries,
+                             "reame_prefix_cache_hits_total": lambda s: s.hits,
+                             "reame_preemptions_total": lambda s: s.preemptions})
     parsed = parse_exposition(m.render())
     assert vllm_matches_reame(parsed, "my-model") > 30
+    assert vllm_matches_reame(parsed, "other-model") > 30
     lab = {"model_name": "my-model", "engine": "0"}
     assert sample(parsed, "vllm:num_requests_waiting", **lab) == 5
     assert sample(parsed, "vllm:kv_cache_usage_perc", **lab) == 0.25
     assert sample(parsed, "vllm:prefix_cache_hits_total", **lab) == 64
     assert sample(parsed, "vllm:e2e_request_latency_seconds_count", **lab) == 2
     assert sample(parsed, "vllm:inter_token_latency_seconds_count", **lab) == 3
+    assert sample(parsed, "vllm:time_to_first_token_seconds_count", model_name="other-model",
+                  engine="0") == 1
 
 
 def test_kv_usage_is_a_ratio_of_the_whole_server(tmp_path):
-    """With two workers the usage is (used1 + used2) / (total1 + total2), not a sum of ratios."""
+    """With two workers serving a model its usage is (used1 + used2) / (total1 + total2), not
+    a sum of ratios."""
     m = Metrics(str(tmp_path))
-    m.gauges.update({"reame_kv_blocks_used": lambda: 90, "reame_kv_blocks_capacity": lambda: 100,
-                     "reame_kv_cache_usage_ratio": lambda: 0.9})
-    other = {"reame_kv_blocks_used": [[[], 30.0]], "reame_kv_blocks_capacity": [[[], 100.0]],
-             "reame_kv_cache_usage_ratio": [[[], 0.3]]}
+    m.models = lambda: {"reame": FakeService(used=90, capacity=100)}
+    m.model_gauges.update({"reame_kv_blocks_used": lambda s: s.used,
+                           "reame_kv_blocks_capacity": lambda s: s.capacity,
+                           "reame_kv_cache_usage_ratio": lambda s: s.used / s.capacity})
+    other = {"reame_kv_blocks_used": [[["reame"], 30.0]],
+             "reame_kv_blocks_capacity": [[["reame"], 100.0]],
+             "reame_kv_cache_usage_ratio": [[["reame"], 0.3]]}
     (tmp_path / f"worker-{os.getppid()}.json").write_text(json.dumps(other))   # a live pid
     parsed = parse_exposition(m.render())
-    assert sample(parsed, "reame_kv_cache_usage_ratio") == pytest.approx(0.6)
+    assert sample(parsed, "reame_kv_cache_usage_ratio", model_name="reame") == pytest.approx(0.6)
     assert sample(parsed, "vllm:kv_cache_usage_perc", model_name="reame", engine="0") == \
         pytest.approx(0.6)
 
@@ -1119,9 +1143,9 @@ def test_a_client_that_reads_nothing_is_disconnected(strict):
             assert time.monotonic() < t, "the server still waits on a client that reads nothing"
             time.sleep(0.2)
         m = strict.metrics(auth)
-        assert m["reame_running_requests"] == 0
-        generated = (m["reame_generation_tokens_total"]
-                     - before.get("reame_generation_tokens_total", 0))
+        assert m[per_model("reame_running_requests")] == 0
+        generated = (m[per_model("reame_generation_tokens_total")]
+                     - before.get(per_model("reame_generation_tokens_total"), 0))
         # cancelled, not finished, and early: the client's receive buffer takes ~100 chunks,
         # then 1 s without an acknowledgement (~1,300 here); the server's send buffer took ~2,300
         # chunks before the socket timeout could fire

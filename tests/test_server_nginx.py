@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from test_server_e2e import LONG, LONG_CTX, MODEL, ReameServer, free_port, http
+from test_server_e2e import LONG, LONG_CTX, MODEL, ReameServer, free_port, http, per_model
 
 NGINX = os.environ.get("REAME_NGINX") or shutil.which("nginx") or "/usr/sbin/nginx"
 
@@ -113,7 +113,7 @@ def test_stream_through_nginx_chunk_by_chunk(stack, stories_expected):
     reame, url = stack
     client = openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0, timeout=60)
     # a long generation: its first chunks reach us while Reame is still generating it
-    before = reame.metrics()["reame_generation_tokens_total"]
+    before = reame.metrics()[per_model("reame_generation_tokens_total")]
     stream = client.completions.create(model=MODEL, prompt="Once upon a time", max_tokens=LONG,
                                        stream=True, extra_body={"ignore_eos": True})
     it = iter(stream)
@@ -122,10 +122,10 @@ def test_stream_through_nginx_chunk_by_chunk(stack, stories_expected):
     # hanging up at nginx cancels the generation in Reame, long before its end
     stream.close()
     t = time.monotonic() + 10
-    while reame.metrics()["reame_running_requests"] != 0:
+    while reame.metrics()[per_model("reame_running_requests")] != 0:
         assert time.monotonic() < t, "the generation kept running after the client left"
         time.sleep(0.05)
-    generated = reame.metrics()["reame_generation_tokens_total"] - before
+    generated = reame.metrics()[per_model("reame_generation_tokens_total")] - before
     assert 21 <= generated < LONG, "the first chunks came only after the whole generation"
     # and a whole streamed completion through nginx equals the expected greedy text
     case = stories_expected["cases"][0]

@@ -307,34 +307,44 @@ def test_metrics(stories_model, stories_expected):
     r = c.simulate_get("/metrics")
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain; version=0.0.4")
     m = parse_metrics(r.text)
+    # the HTTP counts are the server's; every other series is the model's
     assert m['reame_requests_total{endpoint="/v1/completions",status="200"}'] == 2
     assert m['reame_requests_total{endpoint="/v1/completions",status="400"}'] == 1
     assert m['reame_requests_total{endpoint="other",status="404"}'] == 1
-    assert m["reame_prompt_tokens_total"] == 2 * len(case["prompt_tokens"])
-    assert m["reame_generation_tokens_total"] == 12
-    assert m["reame_time_to_first_token_seconds_count"] == 2
-    assert m["reame_time_per_output_token_seconds_count"] == 7 + 3
-    assert m['reame_request_duration_seconds_count{endpoint="/v1/completions"}'] == 2
-    assert m["reame_queue_depth"] == 0 and m["reame_running_requests"] == 0
-    assert m["reame_running_sequences"] == 0 and m["reame_model_loaded"] == 1
+    model = '{model_name="stories260K"}'
+    assert m["reame_prompt_tokens_total" + model] == 2 * len(case["prompt_tokens"])
+    assert m["reame_generation_tokens_total" + model] == 12
+    assert m["reame_time_to_first_token_seconds_count" + model] == 2
+    assert m["reame_time_per_output_token_seconds_count" + model] == 7 + 3
+    assert m['reame_request_duration_seconds_count{model_name="stories260K",'
+             'endpoint="/v1/completions"}'] == 2
+    assert m["reame_queue_depth" + model] == 0 and m["reame_running_requests" + model] == 0
+    assert m["reame_running_sequences" + model] == 0 and m["reame_model_loaded" + model] == 1
     buckets = [v for k, v in m.items() if k.startswith("reame_time_to_first_token_seconds_bucket")]
     assert buckets == sorted(buckets) and buckets[-1] == 2          # cumulative, +Inf last
+    assert not [k for k in m if k.startswith("reame_") and "model_name=" not in k
+                and not k.startswith("reame_requests_total")]
     stop_app(app)
 
 
 def test_metrics_shared_between_workers(tmp_path):
+    from types import SimpleNamespace as NS
+
     from reame.server.metrics import Metrics
     a, b = Metrics(str(tmp_path)), Metrics(str(tmp_path))
-    a.inc("reame_prompt_tokens_total", 5)
-    b.inc("reame_prompt_tokens_total", 7)
-    b.gauges["reame_running_requests"] = lambda: 3
+    a.inc("reame_prompt_tokens_total", 5, ("m",))
+    b.inc("reame_prompt_tokens_total", 7, ("m",))
+    b.model_gauges["reame_running_requests"] = lambda s: s.running
+    b.models = lambda: {"m": NS(running=3)}
     b.publish()                                 # as another worker would (same pid here)
     (tmp_path / f"worker-{__import__('os').getpid()}.json").rename(tmp_path / "worker-1.json")
     m = parse_metrics(a.render())               # pid 1 is alive (init): its gauges count
-    assert m["reame_prompt_tokens_total"] == 12 and m["reame_running_requests"] == 3
+    assert m['reame_prompt_tokens_total{model_name="m"}'] == 12
+    assert m['reame_running_requests{model_name="m"}'] == 3
     (tmp_path / "worker-1.json").rename(tmp_path / "worker-999999999.json")   # a dead worker
     m = parse_metrics(a.render())
-    assert m["reame_prompt_tokens_total"] == 12 and m["reame_running_requests"] == 0
+    assert m['reame_prompt_tokens_total{model_name="m"}'] == 12
+    assert 'reame_running_requests{model_name="m"}' not in m   # its gauges went with it
 
 
 # ---- completions ----

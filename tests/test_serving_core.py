@@ -218,8 +218,9 @@ def test_metrics_report_the_prefix_cache_and_kv_pool(stories_model, tok, stories
     usage = r.json["usage"]
     assert usage["prompt_tokens_details"]["cached_tokens"] == (len(ids) - 1) // BS * BS
     text = c.simulate_get("/metrics").text
-    values = {line.split()[0]: float(line.split()[1]) for line in text.splitlines()
-              if line and not line.startswith("#")}
+    lab = f'{{model_name="{app.reame.service.id}"}}'     # each series is the model's
+    values = {line.split()[0].removesuffix(lab): float(line.split()[1])
+              for line in text.splitlines() if line.split(" ")[0].endswith(lab)}
     pool = app.reame.service.scheduler.planner.pool
     assert values["reame_prefix_cache_queries_total"] == 2 * len(ids) == pool.queries
     assert values["reame_prefix_cache_hits_total"] == usage["prompt_tokens_details"]["cached_tokens"]

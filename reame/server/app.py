@@ -20,6 +20,7 @@ from .config import ServerConfig
 from .messages_api import Messages
 from .messages_models import anthropic_error, is_messages_path
 from .metrics import Metrics
+from .model_metrics import register_model_series
 from .responses import (ClosingStream, answer, client_connected, client_key, embeddings_result,
                         start_job)
 from .schemas import (APIError, error_body, parse_chat, parse_completion, parse_detokenize,
@@ -442,65 +443,9 @@ def create_app(engine_or_factory=None, config: ServerConfig | None = None, *, to
     if registry is None:
         registry = single_registry(engine_or_factory, config, tokenizer, chat_template)
     models = ServedModels(registry, config)
-    loader = models                                     # the first model, for the metrics
 
-    def gauge(fn):
-        def read():
-            s = loader.service
-            return fn(s) if s is not None else 0
-        return read
-
-    pool = lambda s: s.scheduler.planner.pool          # noqa: E731
-    spec = lambda s, k: getattr(s.speculator, k) if s.speculator is not None else 0  # noqa
-    metrics.gauges.update({
-        "reame_queue_depth": gauge(lambda s: s.scheduler.queue_depth),
-        "reame_running_requests": gauge(lambda s: s.scheduler.running),
-        "reame_running_sequences": gauge(lambda s: s.scheduler.running_seqs),
-        "reame_model_loaded": gauge(lambda s: 1 if s.scheduler.alive else 0),
-        "reame_kv_blocks_used": gauge(lambda s: pool(s).used),
-        "reame_kv_blocks_cached": gauge(lambda s: pool(s).cached),
-        "reame_kv_blocks_capacity": gauge(lambda s: pool(s).n_blocks),
-        "reame_kv_cache_usage_ratio": gauge(lambda s: pool(s).used / pool(s).n_blocks),
-    })
-    metrics.counters.update({
-        "reame_prefix_cache_queries_total": gauge(lambda s: pool(s).queries),
-        "reame_prefix_cache_hits_total": gauge(lambda s: pool(s).hits),
-        "reame_kv_evictions_total": gauge(lambda s: pool(s).evictions),
-        "reame_preemptions_total": gauge(lambda s: s.scheduler.planner.preemptions),
-        "reame_spec_decode_drafts_total": gauge(lambda s: spec(s, "drafts")),
-        "reame_spec_decode_draft_tokens_total": gauge(lambda s: spec(s, "draft_tokens")),
-        "reame_spec_decode_accepted_tokens_total": gauge(lambda s: spec(s, "accepted_tokens")),
-    })
-
-    def adapt(key, read=None):
-        def fn(s):
-            if s.adaptive is None:
-                return 0
-            if read is not None:
-                return read(s.adaptive)
-            return (s.adaptive.report().get("kernels") or {}).get(key) or 0
-        return gauge(fn)
-    metrics.gauges.update({
-        "reame_adaptive_frozen": adapt(None, lambda a: 1 if a.frozen else 0),
-        "reame_adaptive_exploration_ratio": adapt("exploration_share"),
-        "reame_adaptive_tokens_per_second": adapt(None, lambda a: a.report()["tok_s_last_minute"]),
-        "reame_adaptive_throughput_change_ratio": adapt(
-            None, lambda a: a.report()["tok_s_change"] or 0),
-        "reame_adaptive_tpot_p95_seconds": adapt(None, lambda a: a.report()["tpot_p95_s"]),
-        "reame_adaptive_tpot_p95_change_ratio": adapt(
-            None, lambda a: a.report()["tpot_p95_change"] or 0),
-        "reame_adaptive_max_batch": gauge(lambda s: s.scheduler.params.max_batch),
-        "reame_adaptive_prefix_hit_ratio": gauge(
-            lambda s: pool(s).hits / pool(s).queries if pool(s).queries else 0),
-    })
-    metrics.counters.update({
-        "reame_adaptive_candidates_tried_total": adapt("candidates_tried"),
-        "reame_adaptive_promoted_total": adapt("promoted"),
-        "reame_adaptive_rolled_back_total": adapt("rolled_back"),
-        "reame_adaptive_refused_total": adapt("refused"),
-    })
-
-    metrics.model_name = lambda: registry.default.id
+    register_model_series(metrics)
+    metrics.models = registry.loaded                   # every model's id -> service or None
 
     middleware = [RequestMetrics(metrics), ReleaseModels()]
     origins = config.cors_allow_origins()

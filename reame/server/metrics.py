@@ -1,12 +1,15 @@
 """Prometheus metrics, written by hand in the text exposition format (version 0.0.4).
 
-A handful of counters, histograms and gauges does not need a client library. Every series is
-also exposed under vLLM's name and labels where vLLM has one (`VLLM_SERIES`), computed from the
-same values at each scrape. Each worker process
-keeps its own; when `metrics_dir` is set (it is under `reame serve`), every worker also writes a
-JSON snapshot there once a second, and `/metrics` adds the snapshots of the other workers to its
-own live values, so a scrape that lands on any worker sees the whole server. Gauges of workers
-that have exited are dropped; their counters and histograms are kept (counters never go back).
+A handful of counters, histograms and gauges does not need a client library. Each model keeps
+its own: every series but reame_requests_total carries the label model_name, the served model's
+id (`reame_prompt_tokens_total{model_name="stories260K"} 42`). Every series is also exposed
+under vLLM's name and labels where vLLM has one (`VLLM_SERIES`), computed from the same values
+at each scrape. Each worker process keeps its own; when `metrics_dir` is set (it is under
+`reame serve`), every worker also writes a JSON snapshot there once a second, and `/metrics`
+adds the snapshots of the other workers to its own live values (per label set: a model served
+by two workers is summed), so a scrape that lands on any worker sees the whole server. Gauges
+of workers that have exited are dropped; their counters and histograms are kept (counters
+never go back).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import logging
 import os
 import threading
 import time
+import weakref
 from typing import Callable
 
 log = logging.getLogger("reame.metrics")
@@ -29,93 +33,99 @@ PHASE_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
 TOKEN_BUCKETS = tuple(float(m * 10 ** e) for e in range(6) for m in (1, 2, 5))   # vLLM's 1-2-5
 FINISHED_REASONS = ("stop", "length", "abort")      # vLLM's FinishReason
 
-# name -> (type, help, label names, buckets)
+MODEL_LABEL = "model_name"
+M = (MODEL_LABEL,)      # the leading label of every series but reame_requests_total
+LOADED = "reame_model_loaded"
+
+# name -> (type, help, label names, buckets). Every series but reame_requests_total is per
+# model: its first label is model_name, the served model's id (a request can fail before a
+# model is chosen, so the HTTP counts are the server's).
 SERIES = {
     "reame_requests_total": ("counter", "HTTP requests by endpoint and status code.",
                              ("endpoint", "status"), None),
-    "reame_prompt_tokens_total": ("counter", "Prompt tokens processed.", (), None),
-    "reame_generation_tokens_total": ("counter", "Tokens generated.", (), None),
+    "reame_prompt_tokens_total": ("counter", "Prompt tokens processed.", M, None),
+    "reame_generation_tokens_total": ("counter", "Tokens generated.", M, None),
     "reame_time_to_first_token_seconds": ("histogram", "Time from request arrival to the first "
-                                          "generated token.", (), TTFT_BUCKETS),
+                                          "generated token.", M, TTFT_BUCKETS),
     "reame_time_per_output_token_seconds": ("histogram", "Time between consecutive generated "
-                                            "tokens of one sequence.", (), TPOT_BUCKETS),
+                                            "tokens of one sequence.", M, TPOT_BUCKETS),
     "reame_request_duration_seconds": ("histogram", "Time from arrival to the last token of a "
-                                       "generation request.", ("endpoint",), E2E_BUCKETS),
+                                       "generation request.", (*M, "endpoint"), E2E_BUCKETS),
     "reame_request_success_total": ("counter", "Sequences (choices) of generation requests "
                                     "finished, by reason: stop (end of generation, a stop "
                                     "string, a complete tool call), length (max_tokens, the "
                                     "context, the request timeout), abort (the client left, "
-                                    "an error).", ("finished_reason",), None),
+                                    "an error).", (*M, "finished_reason"), None),
     "reame_request_queue_time_seconds": ("histogram", "Time a sequence waited: from its "
                                          "request's submission to the scheduler to the first "
-                                         "admission of its prompt.", (), PHASE_BUCKETS),
+                                         "admission of its prompt.", M, PHASE_BUCKETS),
     "reame_request_prefill_time_seconds": ("histogram", "Time from a sequence's first "
-                                           "admission to its first token.", (), PHASE_BUCKETS),
+                                           "admission to its first token.", M, PHASE_BUCKETS),
     "reame_request_decode_time_seconds": ("histogram", "Time from a sequence's first token "
-                                          "to its last.", (), PHASE_BUCKETS),
+                                          "to its last.", M, PHASE_BUCKETS),
     "reame_request_inference_time_seconds": ("histogram", "Time from a sequence's first "
-                                             "admission to its last token.", (), PHASE_BUCKETS),
+                                             "admission to its last token.", M, PHASE_BUCKETS),
     "reame_request_prompt_tokens": ("histogram", "Prompt tokens of each finished sequence.",
-                                    (), TOKEN_BUCKETS),
+                                    M, TOKEN_BUCKETS),
     "reame_request_generation_tokens": ("histogram", "Tokens generated by each finished "
-                                        "sequence.", (), TOKEN_BUCKETS),
-    "reame_queue_depth": ("gauge", "Requests waiting for a free sequence slot.", (), None),
-    "reame_running_requests": ("gauge", "Requests generating (holding KV-cache slots).", (), None),
-    "reame_running_sequences": ("gauge", "Sequences generating (KV-cache slots in use).", (), None),
-    "reame_model_loaded": ("gauge", "1 once the model is loaded and the engine thread runs.",
-                           (), None),
+                                        "sequence.", M, TOKEN_BUCKETS),
+    "reame_queue_depth": ("gauge", "Requests waiting for a free sequence slot.", M, None),
+    "reame_running_requests": ("gauge", "Requests generating (holding KV-cache slots).", M, None),
+    "reame_running_sequences": ("gauge", "Sequences generating (KV-cache slots in use).", M, None),
+    "reame_model_loaded": ("gauge", "1 once the model is loaded and its engine thread runs; 0 "
+                           "for a configured model that is not loaded.", M, None),
     "reame_prefix_cache_queries_total": ("counter", "Prompt tokens looked up in the prefix cache "
-                                         "(at each admission).", (), None),
+                                         "(at each admission).", M, None),
     "reame_prefix_cache_hits_total": ("counter", "Prompt tokens whose keys and values came from "
-                                      "the prefix cache.", (), None),
-    "reame_kv_blocks_used": ("gauge", "KV-cache blocks held by running sequences.", (), None),
+                                      "the prefix cache.", M, None),
+    "reame_kv_blocks_used": ("gauge", "KV-cache blocks held by running sequences.", M, None),
     "reame_kv_blocks_cached": ("gauge", "KV-cache blocks findable by the prefix cache (held or "
-                               "not).", (), None),
-    "reame_kv_blocks_capacity": ("gauge", "KV-cache blocks in the pool.", (), None),
+                               "not).", M, None),
+    "reame_kv_blocks_capacity": ("gauge", "KV-cache blocks in the pool.", M, None),
     "reame_kv_cache_usage_ratio": ("gauge", "Share of the KV-cache blocks held by running "
-                                   "sequences (0..1).", (), None),
-    "reame_kv_evictions_total": ("counter", "Cached KV blocks evicted to make room.", (), None),
+                                   "sequences (0..1).", M, None),
+    "reame_kv_evictions_total": ("counter", "Cached KV blocks evicted to make room.", M, None),
     "reame_preemptions_total": ("counter", "Running sequences preempted (blocks freed, "
-                                "recomputed later) because the KV cache was full.", (), None),
+                                "recomputed later) because the KV cache was full.", M, None),
     "reame_adaptive_frozen": ("gauge", "1 when the adaptive runtime does not explore (frozen, "
-                              "or --adaptive off).", (), None),
+                              "or --adaptive off).", M, None),
     "reame_adaptive_exploration_ratio": ("gauge", "Share of steps that ran an A/B trial of a "
-                                         "kernel variant.", (), None),
+                                         "kernel variant.", M, None),
     "reame_adaptive_candidates_tried_total": ("counter", "Kernel variants compared on live "
-                                              "traffic.", (), None),
+                                              "traffic.", M, None),
     "reame_adaptive_promoted_total": ("counter", "Kernel variants made live because they "
-                                      "measured faster.", (), None),
+                                      "measured faster.", M, None),
     "reame_adaptive_rolled_back_total": ("counter", "Promoted variants rolled back when the "
-                                         "previous one measured faster again.", (), None),
+                                         "previous one measured faster again.", M, None),
     "reame_adaptive_refused_total": ("counter", "Candidate variants refused by the numeric "
-                                     "check.", (), None),
+                                     "check.", M, None),
     "reame_adaptive_tokens_per_second": ("gauge", "Tokens generated per second over the last "
-                                         "minute.", (), None),
+                                         "minute.", M, None),
     "reame_adaptive_throughput_change_ratio": ("gauge", "Tokens per second over the last minute "
                                                "relative to the first minute of traffic, minus 1 "
-                                               "(0 unless both were saturated).", (), None),
+                                               "(0 unless both were saturated).", M, None),
     "reame_adaptive_tpot_p95_seconds": ("gauge", "95th percentile of finished requests' time "
                                         "per output token over the last minute.",
-                                        (), None),
+                                        M, None),
     "reame_adaptive_tpot_p95_change_ratio": ("gauge", "p95 time per output token relative to "
-                                             "the first minute of traffic, minus 1.", (), None),
+                                             "the first minute of traffic, minus 1.", M, None),
     "reame_adaptive_max_batch": ("gauge", "Sequences that may run at once now (the adaptive "
-                                 "batch; the starting one when it does not tune).", (), None),
+                                 "batch; the starting one when it does not tune).", M, None),
     "reame_spec_decode_drafts_total": ("counter", "Drafts verified: a sequence's step that "
-                                       "carried drafted tokens.", (), None),
-    "reame_spec_decode_draft_tokens_total": ("counter", "Drafted tokens verified.", (), None),
+                                       "carried drafted tokens.", M, None),
+    "reame_spec_decode_draft_tokens_total": ("counter", "Drafted tokens verified.", M, None),
     "reame_spec_decode_accepted_tokens_total": ("counter", "Drafted tokens accepted (emitted "
-                                                "without a step of their own).", (), None),
+                                                "without a step of their own).", M, None),
     "reame_adaptive_prefix_hit_ratio": ("gauge", "Prompt tokens found in the prefix cache over "
-                                        "prompt tokens looked up, since start.", (), None),
+                                        "prompt tokens looked up, since start.", M, None),
 }
 
 
 # vLLM's names for the same measurements (vllm/v1/metrics/loggers.py), so that dashboards and
 # autoscalers written for vLLM read Reame: name -> (type, help, the reame_* series it repeats).
-# Labels as vLLM's: model_name (the served model id) and engine ("0": the whole server, every
-# worker summed), then the source's labels that vLLM has too (finished_reason); the source's
-# other labels (endpoint) are summed. Histograms keep the reame_* buckets.
+# Labels as vLLM's: model_name (the source's: one sample per model) and engine ("0": the whole
+# server, every worker summed), then the source's labels that vLLM has too (finished_reason);
+# the source's other labels (endpoint) are summed. Histograms keep the reame_* buckets.
 VLLM_SERIES = {
     "vllm:num_requests_running": ("gauge", "Number of requests in model execution batches.",
                                   "reame_running_requests"),
@@ -184,28 +194,44 @@ def _fmt(x: float) -> str:
 
 
 class Metrics:
-    """The metrics of one worker. Thread-safe; `gauges` are read at scrape time."""
+    """The metrics of one worker. Thread-safe.
+
+    Per-request values are recorded with `inc` / `observe` / `finished`, their labels led by
+    the model's id. Scrape-time values are read from the services of the loaded models:
+    `models()` gives every configured model's id -> its service when loaded, else None;
+    `model_gauges` and `model_counters` map a series to a function of a service. A loaded
+    model gets one sample of each, labelled by its id; a configured model that is not loaded
+    gets reame_model_loaded 0 and no other gauge. Its scrape-time counters keep the last value
+    read, and a reloaded model's fresh counters add to it: the series never goes back."""
 
     def __init__(self, metrics_dir: str | None = None):
         self._lock = threading.Lock()
         # counters: name -> {label values tuple: value}
         # histograms: name -> {label values tuple: [bucket counts..., sum, count]}
         self._values: dict[str, dict[tuple, object]] = {n: {} for n in SERIES}
-        self.gauges: dict[str, Callable[[], float]] = {}   # read at scrape time
-        self.counters: dict[str, Callable[[], float]] = {}  # counters kept elsewhere, read alike
+        # read at scrape time, per loaded model: series -> f(service)
+        self.model_gauges: dict[str, Callable[[object], float]] = {}
+        self.model_counters: dict[str, Callable[[object], float]] = {}  # counters kept elsewhere
+        # every configured model: id -> its service if loaded, else None
+        self.models: Callable[[], dict[str, object | None]] = dict
+        # scrape-time counters across loads: (series, model) -> [earlier loads' total, last value
+        # read, the service it was read from (a weak reference where possible)]
+        self._remembered: dict[tuple[str, str], list] = {}
+        self._remember_lock = threading.Lock()
         self.metrics_dir = metrics_dir
-        self.model_name: Callable[[], str] = lambda: "reame"   # the vllm:* series' model_name
         self._writer: threading.Thread | None = None
         self._writer_pid = None
 
     # ---- recording ----
 
     def inc(self, name: str, amount: float = 1.0, labels: tuple = ()) -> None:
+        _check_labels(name, labels)
         with self._lock:
             d = self._values[name]
             d[labels] = d.get(labels, 0.0) + amount
 
     def observe(self, name: str, value: float, labels: tuple = ()) -> None:
+        _check_labels(name, labels)
         buckets = SERIES[name][3]
         with self._lock:
             d = self._values[name]
@@ -221,19 +247,69 @@ class Metrics:
     # ---- exposition ----
 
     def snapshot(self) -> dict:
-        """JSON-able values: counters, histograms and the current gauges."""
+        """JSON-able values: counters, histograms, the scrape-time counters and the current
+        gauges of every model."""
+        return self._snapshot()[0]
+
+    def _configured(self) -> dict[str, object | None]:
+        try:
+            return {str(k): v for k, v in self.models().items()}
+        except Exception:                       # a scrape must never break
+            log.exception("the models for the metrics")
+            return {}
+
+    def _snapshot(self) -> tuple[dict, list[str]]:
+        """The snapshot, and the configured models' ids."""
         with self._lock:
             out = {n: [[list(k), v if not isinstance(v, list) else list(v)]
                        for k, v in d.items()] for n, d in self._values.items()}
-        for n, fn in (self.gauges | self.counters).items():
-            try:
-                out[n] = [[[], float(fn())]]
-            except Exception:                   # a gauge must never break a scrape
-                log.exception("gauge %s failed", n)
-        return out
+        models = self._configured()
+        for model, service in models.items():
+            if service is None:
+                out[LOADED].append([[model], 0.0])
+                continue
+            for n, fn in self.model_gauges.items():
+                try:
+                    out.setdefault(n, []).append([[model], float(fn(service))])
+                except Exception:               # a gauge must never break a scrape
+                    log.exception("gauge %s of %s failed", n, model)
+            if LOADED not in self.model_gauges:
+                out[LOADED].append([[model], 1.0])
+        with self._remember_lock:
+            for n, fn in self.model_counters.items():
+                for model, service in models.items():
+                    value = None
+                    if service is not None:
+                        try:
+                            value = float(fn(service))
+                        except Exception:
+                            log.exception("counter %s of %s failed", n, model)
+                    self._remember(n, model, service, value)
+            for (n, model), (base, last, _) in self._remembered.items():
+                out.setdefault(n, []).append([[model], base + last])   # unloaded ones too
+        return out, list(models)
+
+    def _remember(self, n: str, model: str, service, value: float | None) -> None:
+        """Note a scrape-time counter's reading (None: none, the model is not loaded or its
+        function failed). A reading from another service than the last (the model was unloaded
+        and loaded again) or lower than the last (its counter was reset) starts a new load:
+        what the earlier ones counted is kept beneath it."""
+        r = self._remembered.get((n, model))
+        if service is None:
+            if r is not None:                   # unloaded: the last value stays, as a base
+                r[0], r[1], r[2] = r[0] + r[1], 0.0, None
+            return
+        if value is None:
+            return
+        if r is None:
+            r = self._remembered[(n, model)] = [0.0, 0.0, None]
+        if not _same(r[2], service) or value < r[1]:
+            r[0], r[1] = r[0] + r[1], 0.0
+        r[1], r[2] = value, _ref(service)
 
     def render(self) -> str:
-        snaps = [self.snapshot()]
+        own, configured = self._snapshot()
+        snaps = [own]
         if self.metrics_dir:
             self._ensure_writer()
             snaps += self._other_workers()
@@ -242,71 +318,77 @@ class Metrics:
             for n, items in snap.items():
                 if n not in SERIES:
                     continue
-                d = merged[n]
+                d, width = merged[n], len(SERIES[n][2])
                 for k, v in items:
                     k = tuple(k)
+                    if len(k) != width:         # another version's labels (a rolling restart)
+                        continue
                     if isinstance(v, list):
                         old = d.get(k)
                         d[k] = list(v) if old is None else [a + b for a, b in zip(old, v)]
                     else:
                         d[k] = d.get(k, 0.0) + v
-        # a ratio does not add up across workers: the pool's usage is the summed blocks' ratio
-        used = merged["reame_kv_blocks_used"].get((), 0.0)
-        total = merged["reame_kv_blocks_capacity"].get((), 0.0)
-        if merged["reame_kv_cache_usage_ratio"] or total:
-            merged["reame_kv_cache_usage_ratio"] = {(): used / total if total else 0.0}
+        # a ratio does not add up across workers: a model's usage is its summed blocks' ratio
+        used, total = merged["reame_kv_blocks_used"], merged["reame_kv_blocks_capacity"]
+        merged["reame_kv_cache_usage_ratio"] = {
+            k: used.get(k, 0.0) / total[k] if total.get(k) else 0.0
+            for k in set(merged["reame_kv_cache_usage_ratio"]) | set(total)}
+        # the models to show zeros for: the configured ones and any that has a sample
+        models = set(configured)
+        for n, d in merged.items():
+            if n != "reame_requests_total":
+                models.update(k[0] for k in d)
         lines: list[str] = []
         for n, (kind, help_, label_names, buckets) in SERIES.items():
             d = merged[n]
+            zero = [0] * (len(buckets) + 2) if buckets else 0.0
             if n == "reame_request_success_total":     # every reason from the start, as vLLM
-                d = {(r,): 0.0 for r in FINISHED_REASONS} | d
-            elif not d and not label_names:
-                d = {(): [0] * (len(buckets) + 2) if buckets else 0.0}
+                d = {(m, r): 0.0 for m in models for r in FINISHED_REASONS} | d
+            elif kind != "gauge" and label_names == M:  # a counter starts at 0 for every model
+                d = {(m,): zero for m in models} | d
             merged[n] = d
             _family(lines, n, kind, help_, label_names, buckets, d)
-        try:
-            model = str(self.model_name())
-        except Exception:                       # a label must never break a scrape
-            log.exception("model name for the metrics")
-            model = "reame"
         for n, (kind, help_, source) in VLLM_SERIES.items():
             buckets, src_labels = SERIES[source][3], SERIES[source][2]
             keep = [i for i, ln in enumerate(src_labels) if ln in VLLM_KEEP]
             zero = [0] * (len(buckets) + 2) if buckets else 0.0
             out = {}
             for k, v in merged[source].items():     # the other labels of the source, summed
-                key = (model, "0", *(k[i] for i in keep))
+                key = (k[0], "0", *(k[i] for i in keep))
                 t = out.get(key, zero)
                 out[key] = [a + b for a, b in zip(t, v)] if buckets else t + v
-            if not out:
-                out = {(model, "0"): zero}
+            if not out and not keep:                # no sample yet: zeros, for dashboards
+                out = {(m, "0"): zero for m in models}
             _family(lines, n, kind, help_, VLLM_LABELS + tuple(src_labels[i] for i in keep),
                     buckets, out)
         return "\n".join(lines) + "\n"
 
     # ---- vLLM's per-request series ----
 
-    def finished(self, reasons: list, generated: list[int], prompt_tokens: list[int],
+    def finished(self, model: str, reasons: list, generated: list[int], prompt_tokens: list[int],
                  times: list[tuple]) -> None:
-        """A generation request has ended: per sequence (a vLLM request is one sequence; `n`
-        choices are `n` of them) its finish reason (None: it never finished, "abort"), tokens
-        generated and prompt tokens, and `times` (t_submit, t_admit, t_first, t_last:
-        time.monotonic(), None where the sequence never got that far)."""
+        """A generation request to `model` has ended: per sequence (a vLLM request is one
+        sequence; `n` choices are `n` of them) its finish reason (None: it never finished,
+        "abort"), tokens generated and prompt tokens, and `times` (t_submit, t_admit, t_first,
+        t_last: time.monotonic(), None where the sequence never got that far)."""
+        m = (model,)
         for reason, gen, prompt, (t_submit, t_admit, t_first, t_last) in zip(
                 reasons, generated, prompt_tokens, times):
             reason = {"tool_calls": "stop"}.get(reason, reason)
             self.inc("reame_request_success_total", 1,
-                     (reason if reason in FINISHED_REASONS else "abort",))
-            self.observe("reame_request_prompt_tokens", prompt)
-            self.observe("reame_request_generation_tokens", gen)
+                     (model, reason if reason in FINISHED_REASONS else "abort"))
+            self.observe("reame_request_prompt_tokens", prompt, m)
+            self.observe("reame_request_generation_tokens", gen, m)
             if t_admit is not None and t_submit is not None:
-                self.observe("reame_request_queue_time_seconds", max(0.0, t_admit - t_submit))
+                self.observe("reame_request_queue_time_seconds", max(0.0, t_admit - t_submit), m)
             if t_first is not None and t_admit is not None:
-                self.observe("reame_request_prefill_time_seconds", max(0.0, t_first - t_admit))
+                self.observe("reame_request_prefill_time_seconds", max(0.0, t_first - t_admit),
+                             m)
             if t_first is not None and t_last is not None:
-                self.observe("reame_request_decode_time_seconds", max(0.0, t_last - t_first))
+                self.observe("reame_request_decode_time_seconds", max(0.0, t_last - t_first), m)
             if t_last is not None and t_admit is not None:
-                self.observe("reame_request_inference_time_seconds", max(0.0, t_last - t_admit))
+                self.observe("reame_request_inference_time_seconds", max(0.0, t_last - t_admit),
+                             m)
 
     # ---- sharing between the workers of one server ----
 
@@ -399,6 +481,28 @@ def _family(lines: list[str], n: str, kind: str, help_: str, label_names, bucket
             lines.append(f"{n}_count{_labels(label_names, k)} {_fmt(v[-1])}")
         else:
             lines.append(f"{n}{_labels(label_names, k)} {_fmt(v)}")
+
+
+def _check_labels(name: str, labels: tuple) -> None:
+    if len(labels) != len(SERIES[name][2]):
+        raise ValueError(f"{name} takes the labels {SERIES[name][2]}, got {labels!r}")
+
+
+def _ref(service):
+    """What `_same` recognises `service` by, without keeping it alive (an unloaded model's
+    memory must be freed): a weak reference, or its id where it cannot have one."""
+    try:
+        return weakref.ref(service)
+    except TypeError:
+        return ("id", id(service))
+
+
+def _same(ref, service) -> bool:
+    if ref is None:
+        return False
+    if isinstance(ref, weakref.ref):
+        return ref() is service
+    return ref == ("id", id(service))
 
 
 def _alive(pid: int) -> bool:

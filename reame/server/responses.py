@@ -187,12 +187,13 @@ class Job:
         if self.recorded or self.metrics is None:
             return
         self.recorded = True
-        m = self.metrics
-        m.inc("reame_prompt_tokens_total", sum(len(x) for x in self.prompts))
-        m.inc("reame_generation_tokens_total", sum(ch.n_tokens for ch in self.choices))
+        m, model = self.metrics, (self.model,)
+        m.inc("reame_prompt_tokens_total", sum(len(x) for x in self.prompts), model)
+        m.inc("reame_generation_tokens_total", sum(ch.n_tokens for ch in self.choices), model)
         m.observe("reame_request_duration_seconds", time.monotonic() - self.t_arrival,
-                  (self.endpoint,))
-        m.finished(*sequence_stats(self.request, self.choices, self.prompts, self.req.n))
+                  (self.model, self.endpoint))
+        m.finished(self.model,
+                   *sequence_stats(self.request, self.choices, self.prompts, self.req.n))
 
     # ---- one event ----
 
@@ -220,9 +221,10 @@ class Job:
             if self.metrics is not None:
                 if not self.first_token_seen:
                     self.metrics.observe("reame_time_to_first_token_seconds",
-                                         ev.t - self.t_arrival)
+                                         ev.t - self.t_arrival, (self.model,))
                 elif ch.t_last is not None:
-                    self.metrics.observe("reame_time_per_output_token_seconds", ev.t - ch.t_last)
+                    self.metrics.observe("reame_time_per_output_token_seconds",
+                                         ev.t - ch.t_last, (self.model,))
             self.first_token_seen = True
             ch.t_last = ev.t
         if finish:
@@ -510,9 +512,9 @@ def embeddings_result(service, request, inputs: int, prompts: list[list[int]], m
         request.cancel()                            # no-op when finished
     n_tokens = sum(len(p) for p in prompts)
     if metrics is not None:
-        metrics.inc("reame_prompt_tokens_total", n_tokens)
+        metrics.inc("reame_prompt_tokens_total", n_tokens, (service.id,))
         metrics.observe("reame_request_duration_seconds", time.monotonic() - t_arrival,
-                        ("/v1/embeddings",))
+                        (service.id, "/v1/embeddings"))
     if error is not None:
         raise error_for(error, service.config.retry_after)
     if request.cancelled:

@@ -44,7 +44,7 @@ from test_server_nginx import nginx_binary
 DEPLOY = REPO / "deploy" / "nginx"
 SITE = DEPLOY / "reame-scaleout.conf"
 SITE_NJS = DEPLOY / "reame-scaleout-njs.conf"
-SCRIPT = DEPLOY / "reame_session.js"
+SITE_MODELS = DEPLOY / "reame-models.conf"
 ALIASES = ("replica-a", "replica-b")
 COMPLETIONS_200 = 'reame_requests_total{endpoint="/v1/completions",status="200"}'
 # a chat template for the replicas (stories260K has none), for /v1/messages and /v1/responses:
@@ -85,9 +85,12 @@ def js_module() -> str:
     return path
 
 
-def render_site(site: Path, upstreams, port: int, log: Path) -> str:
+def render_site(site: Path, upstreams, port: int, log: Path, default_model: str | None = None,
+                edits=()) -> str:
     """The shipped file with the replicas' addresses, the listen address, the access log's and
-    the njs script's paths replaced; everything else (hash, failover, timeouts) as shipped."""
+    the njs scripts' paths replaced (and, for reame-models.conf, the first model's id in its
+    map's `""` line); everything else (hash, failover, timeouts) as shipped. `edits`: (old, new)
+    pairs of text, each found once, for a variant the file's comments describe."""
     text = site.read_text()
     servers = iter(upstreams)
     text, n = re.subn(r"^(\s*server )\S+:\d+(\s[^;]*)?;",
@@ -98,24 +101,30 @@ def render_site(site: Path, upstreams, port: int, log: Path) -> str:
                      (r"(access_log )/var/log/nginx/reame\.access\.log", rf"\g<1>{log}")):
         text, n = re.subn(old, new, text, flags=re.M)
         assert n == 1, f"{site}: {old!r} not found once"
-    if "js_import" in text:
-        text, n = re.subn(r"(js_import reame_session from )/etc/nginx/reame/reame_session\.js",
-                          rf"\g<1>{SCRIPT}", text)
-        assert n == 1, f"{site}: js_import not found"
+    imports = len(re.findall(r"^js_import ", text, flags=re.M))
+    text, n = re.subn(r"^(js_import \w+ from )/etc/nginx/reame/(\w+\.js);",
+                      lambda m: f"{m.group(1)}{DEPLOY / m.group(2)};", text, flags=re.M)
+    assert n == imports, f"{site}: {imports - n} js_import not in /etc/nginx/reame/"
+    if default_model is not None:
+        text, n = re.subn(r'^(\s*""\s+)[^\s;]+;', rf"\g<1>{default_model};", text, flags=re.M)
+        assert n == 1, f"{site}: no map line for requests naming no model"
+    for old, new in edits:
+        assert text.count(old) == 1, f"{site}: {old!r} not found once"
+        text = text.replace(old, new)
     return text
 
 
 class Balancer:
     """nginx running a site file in front of the given replica ports."""
 
-    def __init__(self, site: Path, upstreams, prefix: Path):
+    def __init__(self, site: Path, upstreams, prefix: Path, **render):
         binary = nginx_binary()
-        modules = f"load_module {js_module()};" if site == SITE_NJS else ""
         self.prefix, self.port = prefix, free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.access_log = prefix / "access.log"
-        (prefix / "site.conf").write_text(render_site(site, upstreams, self.port,
-                                                      self.access_log))
+        text = render_site(site, upstreams, self.port, self.access_log, **render)
+        modules = f"load_module {js_module()};" if re.search(r"^js_import ", text, re.M) else ""
+        (prefix / "site.conf").write_text(text)
         conf = prefix / "nginx.conf"
         conf.write_text(MAIN.format(prefix=prefix, site=prefix / "site.conf", modules=modules,
                                     user="user root;" if os.geteuid() == 0 else ""))
@@ -154,13 +163,16 @@ class Balancer:
                 self.proc.wait(5)
 
 
-def start_replicas(stories_path, log_dir) -> dict[str, ReameServer]:
-    """Two replicas, started side by side, named by their aliases."""
+def start_replicas(stories_path, log_dir, models=()) -> dict[str, ReameServer]:
+    """Two replicas, started side by side, named by their aliases. With `models` (--model
+    flags), each serves those too, after its first model, and the aliases name the replicas
+    only here (an --alias would rename a replica's first model)."""
     template = Path(log_dir) / "chat.jinja"
     template.write_text(TEMPLATE)
 
     def start(alias):
-        return ReameServer(stories_path, "--alias", alias, "--max-seqs", "4", "--queue-size",
+        named = tuple(models) or ("--alias", alias)
+        return ReameServer(stories_path, *named, "--max-seqs", "4", "--queue-size",
                            "64", "--ctx-size", LONG_CTX, "--block-size", "16",
                            "--chat-template-file", str(template), log_dir=log_dir,
                            new_session=True)               # kill_tree kills its group
@@ -434,6 +446,266 @@ def test_key_precedence_with_njs(replicas, balancers):
     raw = json.dumps(completion_body())[:-1] + f', "prompt_cache_key" : "{other}"}}'
     status, out = post(balancer.url, "/v1/completions", raw.encode())
     assert status == 200 and out["model"] == where[other], (raw, out)
+
+
+# ---- several models: deploy/nginx/reame-models.conf ----
+
+# The replicas of these tests serve the same models: the first (MODEL, as in the tests above)
+# and one file under 12 more names, each a model with its own id (loaded on demand; until then
+# it costs nothing), plus BUSY for the busy-model variant. Which replica a name hashes to
+# depends on the replicas' ports, so each test first finds where the names go (probe_homes) and
+# takes names on both replicas. A replica is told by nginx's access log (every request is
+# tagged in its query string), since an answer's `model` names the model, not the replica.
+MODEL_NAMES = tuple(f"m{i}" for i in range(12))
+BUSY = "busy"
+BUSY_LINE = '# "qwen2.5-32b"                 "qwen2.5-32b $reame_session";'
+
+
+@pytest.fixture(scope="module")
+def model_replicas(stories_path, tmp_path_factory):
+    nginx_binary()                  # skip (or fail in CI) before starting anything
+    js_module()
+    models = [a for n in (*MODEL_NAMES, BUSY) for a in ("--model", f"{n}={stories_path}")]
+    started = start_replicas(stories_path, tmp_path_factory.mktemp("model-replicas"), models)
+    yield started
+    for r in started.values():
+        r.stop()
+
+
+@pytest.fixture(scope="module")
+def model_balancers(model_replicas, tmp_path_factory):
+    """model_balancers(): nginx running reame-models.conf (MODEL as the first model's id in its
+    map) in front of the model replicas; model_balancers(busy=True): the same with its
+    busy-model line, uncommented for BUSY."""
+    started = {}
+
+    def get(busy=False):
+        if busy not in started:
+            edits = [(BUSY_LINE, f'"{BUSY}" "{BUSY} $reame_session";')] if busy else []
+            started[busy] = Balancer(SITE_MODELS, [r.port for r in model_replicas.values()],
+                                     tmp_path_factory.mktemp("nginx-models"),
+                                     default_model=MODEL, edits=edits)
+        return started[busy]
+    yield get
+    for b in started.values():
+        b.stop()
+
+
+def send(balancer, path, body=None, headers=None, source="127.0.0.1", method="POST"):
+    """One request through `balancer` from the client address `source` (any of 127.0.0.0/8),
+    tagged in its query string for answered_by: (tag, status, parsed answer or raw bytes)."""
+    tag = uuid.uuid4().hex[:16]
+    data = json.dumps(body).encode() if isinstance(body, dict) else body
+    headers = dict(headers or {})
+    if data is not None:
+        headers.setdefault("Content-Type", "application/json")
+    conn = HTTPConnection("127.0.0.1", balancer.port, timeout=60 * TIME_SCALE,
+                          source_address=(source, 0))
+    try:
+        conn.request(method, f"{path}?tag={tag}", data, headers)
+        resp = conn.getresponse()
+        raw = resp.read()
+    finally:
+        conn.close()
+    return tag, resp.status, (json.loads(raw) if raw.startswith(b"{") else raw)
+
+
+def answered_by(balancer, replicas, tags) -> dict[str, str]:
+    """{tag: the replica that answered it}, from nginx's access log (which writes a request's
+    line after its answer: waits for them). A request tried on two replicas fails the test."""
+    where = {f"127.0.0.1:{r.port}": a for a, r in replicas.items()}
+    want = set(tags)
+    deadline = time.monotonic() + 10 * TIME_SCALE
+    while True:
+        found = {}
+        for ln in balancer.log_lines():
+            m = re.search(r'\?tag=(\w+) HTTP/[\d.]+" .*? upstream="([^"]*)"', ln)
+            if m and m.group(1) in want:
+                found[m.group(1)] = m.group(2)
+        if len(found) == len(want) or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    assert len(found) == len(want), f"{len(want) - len(found)} requests not in the access log"
+    assert set(found.values()) <= set(where), f"retried or unknown: {found}"
+    return {t: where[u] for t, u in found.items()}
+
+
+def probe_homes(balancer, replicas, names) -> dict[str, str]:
+    """{model name: the replica the site sends it to}, by a POST naming it on a path Reame does
+    not serve (a 404, which loads nothing)."""
+    tags = {}
+    for n in names:
+        tag, status, out = send(balancer, "/v1/route-probe", {"model": n})
+        assert status == 404, out
+        tags[tag] = n
+    by = answered_by(balancer, replicas, tags)
+    return {n: by[t] for t, n in tags.items()}
+
+
+def model_states(replica) -> dict[str, str]:
+    """{model id: state} as the replica's GET /v1/models reports."""
+    status, _, raw = http("GET", replica.url + "/v1/models")
+    assert status == 200, raw
+    return {m["id"]: m["state"] for m in json.loads(raw)["data"]}
+
+
+def keyed_body(model=None, k=None, max_tokens=2):
+    """A completion request carrying session keys of its own in every body field the session
+    sites read (and, with `model`, naming it)."""
+    k = k or uuid.uuid4().hex[:10]
+    body = {"prompt": f"{k}. Once upon a time", "max_tokens": max_tokens, "temperature": 0,
+            "user": f"user-{k}", "prompt_cache_key": f"pck-{k}"}
+    return body if model is None else {"model": model, **body}
+
+
+def test_each_model_is_served_by_one_replica(model_replicas, model_balancers):
+    """Every request naming a model reaches one replica, whatever its X-Session-Id, `user`,
+    `prompt_cache_key` and client address (each request its own), and only that replica loads
+    the model (GET /v1/models: loaded there, unloaded on the other); the 12 names spread over
+    both replicas, and each replica's /metrics counts the requests the access log gives it.
+    Catches a site hashing on the session (reame_session.key: a model's requests spread, and
+    both replicas load it) or on the client's address (6 addresses spread), and a key function
+    that does not read the body's `model` (every name on the first model's replica: no
+    spread)."""
+    bal = model_balancers()
+    home = probe_homes(bal, model_replicas, MODEL_NAMES)
+    names = {a: [n for n in MODEL_NAMES if home[n] == a] for a in model_replicas}
+    assert all(names.values()), f"12 names, all on one replica: {home}"
+    chosen = [n for ns in names.values() for n in ns[:2]]
+    before = {a: r.metrics().get(COMPLETIONS_200, 0) for a, r in model_replicas.items()}
+
+    def request(job):
+        name, i = job
+        k = uuid.uuid4().hex[:10]
+        return name, send(bal, "/v1/completions", keyed_body(name, k),
+                          headers={"X-Session-Id": f"s-{k}"}, source=f"127.0.0.{2 + i}")
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(request, [(n, i) for i in range(6) for n in chosen]))
+    by = answered_by(bal, model_replicas, [tag for _, (tag, _, _) in results])
+    where = {}
+    for name, (tag, status, out) in results:
+        assert status == 200 and out["model"] == name, (name, status, out)
+        where.setdefault(name, set()).add(by[tag])
+    assert where == {n: {home[n]} for n in chosen}, f"replicas per model: {where}"
+    for a, r in model_replicas.items():
+        states = model_states(r)
+        loaded = {n: states[n] for n in chosen}
+        assert loaded == {n: "loaded" if home[n] == a else "unloaded" for n in chosen}, \
+            (a, loaded)
+        counted = r.metrics().get(COMPLETIONS_200, 0) - before[a]
+        assert counted == sum(by[tag] == a for _, (tag, _, _) in results), (a, counted)
+
+
+def test_requests_naming_no_model_go_to_the_first_models_replica(model_replicas,
+                                                                 model_balancers):
+    """A request without `model` is served with the first model, and the site sends it where
+    the requests naming that model go (its map's `""` line), whatever its session keys and
+    client address. Catches a site without that line (an empty key: nginx falls back to round
+    robin, the requests spread), and a key function that falls back to the client's address (8
+    addresses spread) or to a session key."""
+    bal = model_balancers()
+    home = probe_homes(bal, model_replicas, [MODEL])[MODEL]
+
+    def request(i):
+        k = uuid.uuid4().hex[:10]
+        return send(bal, "/v1/completions", keyed_body(None, k),
+                    headers={"X-Session-Id": f"s-{k}"}, source=f"127.0.0.{2 + i % 8}")
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(request, range(16)))
+    by = answered_by(bal, model_replicas, [tag for tag, _, _ in results])
+    for tag, status, out in results:
+        assert status == 200 and out["model"] == MODEL, (status, out)
+    assert {by[tag] for tag, _, _ in results} == {home}, \
+        f"{MODEL} is on {home}; requests naming no model: {sorted(by.values())}"
+
+
+def test_model_key_order_bodies_and_bodyless_requests(model_replicas, model_balancers):
+    """The body's top-level `model` is the key: over an X-Reame-Model header naming another
+    model (both ways round), over a `model` nested deeper and written first, with blanks before
+    its colon, and in a body beyond nginx's default body buffer (16 KiB; it would go to a file,
+    where the script cannot read it). A request without a body routes on X-Reame-Model: GET
+    /v1/responses/{id} finds a response on its model's replica, and without the header lands on
+    the first model's, which does not hold it (404). Catches a key function that reads the
+    header first, one that finds `"model":` in the text instead of parsing (the nested one), one
+    whose pre-check wants the colon right after the name, a site without
+    client_body_buffer_size, and one that ignores the header."""
+    bal = model_balancers()
+    home = probe_homes(bal, model_replicas, (MODEL, *MODEL_NAMES))
+    first = home[MODEL]
+    far = next((n for n in MODEL_NAMES if home[n] != first), None)
+    assert far, f"12 names, all on the first model's replica: {home}"
+    rest = '"prompt": "Once", "max_tokens": 2, "temperature": 0'
+    cases = [   # (what, body, headers, the model that must answer, on its replica)
+        ("body over header", keyed_body(far), {"X-Reame-Model": MODEL}, far),
+        ("body over header", keyed_body(MODEL), {"X-Reame-Model": far}, MODEL),
+        ("top level over nested",
+         f'{{"metadata": {{"model": "{MODEL}"}}, "model": "{far}", {rest}}}'.encode(), {}, far),
+        ("top level over nested",
+         f'{{"metadata": {{"model": "{far}"}}, "model": "{MODEL}", {rest}}}'.encode(), {},
+         MODEL),
+        ("blanks before the colon", f'{{{rest}, "model" : "{far}"}}'.encode(), {}, far),
+        ("a 64 KiB body", json.dumps(keyed_body(far)).encode() + b" " * 65536, {}, far),
+    ]
+    sent = [(what, want, send(bal, "/v1/completions", body, headers))
+            for what, body, headers, want in cases]
+    by = answered_by(bal, model_replicas, [tag for _, _, (tag, _, _) in sent])
+    for what, want, (tag, status, out) in sent:
+        assert status == 200 and out["model"] == want and by[tag] == home[want], \
+            (what, want, home[want], by[tag], status, out)
+
+    tag, status, out = send(bal, "/v1/responses", {"model": far, "input": "Once upon a time",
+                                                   "max_output_tokens": 4, "temperature": 0})
+    assert status == 200, out
+    rid = out["id"]
+    found = send(bal, f"/v1/responses/{rid}", headers={"X-Reame-Model": far}, method="GET")
+    lost = send(bal, f"/v1/responses/{rid}", method="GET")
+    by = answered_by(bal, model_replicas, [tag, found[0], lost[0]])
+    assert by[tag] == by[found[0]] == home[far] and found[1] == 200 and found[2]["id"] == rid, \
+        (by, found)
+    assert by[lost[0]] == first and lost[1] == 404, (by, lost)
+
+
+def test_busy_model_keyed_by_session_spreads_its_sessions(model_replicas, model_balancers):
+    """The site's variant for a model too busy for one replica: its line in the second map
+    keys BUSY by model and session, so BUSY's sessions (X-Session-Id, or the body's `user`)
+    spread over both replicas, each of which loads it, while each session stays on one replica
+    from any client address; the other models keep one replica each. Catches a line that does
+    not take effect (BUSY on one replica), a session key that moves between requests, and a
+    line that changes the other models' keys."""
+    bal = model_balancers(busy=True)
+    sessions = [f"s-{uuid.uuid4().hex[:10]}" for _ in range(12)]
+
+    def request(job):
+        i, rnd = job
+        k = sessions[i]
+        body = {**completion_body(f"{k}. Once upon a time", 2), "model": BUSY}
+        if i % 2:
+            body["user"], headers = k, {}
+        else:
+            headers = {"X-Session-Id": k}
+        return k, send(bal, "/v1/completions", body, headers, source=f"127.0.0.{2 + rnd}")
+    with ThreadPoolExecutor(4) as pool:
+        results = [r for rnd in range(2)
+                   for r in pool.map(request, [(i, rnd) for i in range(len(sessions))])]
+    by = answered_by(bal, model_replicas, [tag for _, (tag, _, _) in results])
+    where = {}
+    for k, (tag, status, out) in results:
+        assert status == 200 and out["model"] == BUSY, (k, status, out)
+        where.setdefault(k, set()).add(by[tag])
+    assert all(len(w) == 1 for w in where.values()), f"sessions on both replicas: {where}"
+    assert set.union(*where.values()) == set(model_replicas), f"no spread: {where}"
+    assert all(model_states(r)[BUSY] == "loaded" for r in model_replicas.values())
+
+    home = probe_homes(bal, model_replicas, MODEL_NAMES[:4])
+    tags = {}
+    for i in range(3):
+        for n in home:
+            tag, status, out = send(bal, "/v1/completions", keyed_body(n),
+                                    {"X-Session-Id": uuid.uuid4().hex}, source=f"127.0.0.{2 + i}")
+            assert status == 200 and out["model"] == n, (n, status, out)
+            tags[tag] = n
+    by = answered_by(bal, model_replicas, tags)
+    assert all(by[t] == home[n] for t, n in tags.items()), (home, by, tags)
 
 
 # ---- failover ----

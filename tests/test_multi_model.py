@@ -123,6 +123,16 @@ def test_a_budget_for_two_unloads_the_coldest_and_reloads_it_with_no_request_fai
                     (kind, name, xs))), (name, loaded)
         assert {e.id: e.loads for e in reg.entries} == {"stories260K": 2, "smol": 2,
                                                         "embed": 2}
+        # each model's metrics apart, an unloaded one's kept (catches: one model's counters
+        # under another's name, or lost when it unloads)
+        text = client.simulate_get("/metrics").text
+        loaded = {m: text.count(f'reame_model_loaded{{model_name="{m}"}} 1')
+                  for m in ("stories260K", "smol", "embed")}
+        assert sorted(loaded.values()) == [0, 1, 1], loaded
+        for m in ("stories260K", "smol"):
+            line = next(x for x in text.splitlines()
+                        if x.startswith(f'reame_generation_tokens_total{{model_name="{m}"}}'))
+            assert 2 <= float(line.split()[-1]) <= 2 * 16, line     # two requests of <= 16
         errors, answers = [], {name: [] for _, name, _ in WORK}
 
         def client_of(kind, name, xs):

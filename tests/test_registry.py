@@ -275,3 +275,20 @@ def test_background_work_waits_for_the_other_models_to_be_idle():
     assert turns.may_idle("chat")                            # its own steps do not count
     clock.advance(Turns.IDLE_AFTER)
     assert turns.may_idle("embed")
+
+
+def test_a_models_dir_serves_its_gguf_files_and_skips_a_broken_one(tmp_path, stories_path,
+                                                                  caplog):
+    # catches: one malformed file in the directory keeping the server from starting, or
+    # served (every request to it a 500), or later parts of a split model listed as models
+    from reame.server.registry import entries_of, specs_of
+    (tmp_path / "tiny.gguf").symlink_to(stories_path)
+    (tmp_path / "broken.gguf").write_bytes(b"GGUF" + b"\xff" * 60)
+    (tmp_path / "big-00002-of-00002.gguf").write_bytes(b"")
+    (tmp_path / "notes.txt").write_text("not a model")
+    cfg = ServerConfig(models_dir=str(tmp_path), kv_cache_mb=8)
+    entries = entries_of(cfg, specs_of(cfg))
+    assert [e.id for e in entries] == ["tiny"]
+    assert "broken.gguf" in caplog.text and "not served" in caplog.text
+    with pytest.raises(ReameError, match="broken.gguf"):       # named on the command line
+        entries_of(cfg, [parse_spec(str(tmp_path / "broken.gguf"))])

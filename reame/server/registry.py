@@ -77,6 +77,7 @@ class ModelSpec:
     path: str
     name: str | None = None             # NAME= of the spec; None: the file's name
     options: dict = field(default_factory=dict)     # ServerConfig fields set for this model
+    found: bool = False                 # found in --models-dir (an unreadable one is skipped)
 
 
 def parse_spec(text: str) -> ModelSpec:
@@ -119,7 +120,7 @@ def scan_dir(directory: str) -> list[ModelSpec]:
         m = re.search(r"-(\d{5})-of-\d{5}\.gguf$", f)
         if m and m.group(1) != "00001":
             continue
-        out.append(ModelSpec(os.path.join(os.path.abspath(directory), f)))
+        out.append(ModelSpec(os.path.join(os.path.abspath(directory), f), found=True))
     return out
 
 
@@ -471,12 +472,16 @@ def entries_of(config: ServerConfig, specs: list[ModelSpec]) -> list[ModelEntry]
             opts["model_alias"] = None
         cfg = replace(config, model=spec.path, models=(), models_dir=None, **opts)
         cfg.check()
-        if not os.path.isfile(spec.path):
-            raise ReameError(f"{spec.path}: no such file")
         try:
+            if not os.path.isfile(spec.path):
+                raise ReameError("no such file")
             need, size, general_name = memory_need(cfg)
         except (ReameError, OSError, ValueError) as e:
-            raise ReameError(f"{spec.path}: {e}") from None
+            msg = str(e) if str(e).startswith(spec.path) else f"{spec.path}: {e}"
+            if spec.found:          # a file of --models-dir: the others are served
+                log.warning("--models-dir: %s: not served", msg)
+                continue
+            raise ReameError(msg) from None
         names = model_names(None, cfg) + [general_name]
         names = [n for i, n in enumerate(names) if n and n not in names[:i]]
         if names[0] in ids:
@@ -506,6 +511,8 @@ def server_registry(config: ServerConfig) -> ModelRegistry:
         raise ReameError("no model: pass MODEL.gguf to `reame serve` (or --model, "
                          "--models-dir) or set REAME_MODEL")
     entries = entries_of(config, specs)
+    if not entries:
+        raise ReameError(f"no model to serve: {config.models_dir} has no readable .gguf file")
     turns = Turns()
     several = len(entries) > 1
     paths = [e.config.model for e in entries]

@@ -38,7 +38,8 @@ import openai
 import pytest
 
 from conftest import TIME_SCALE, missing_data
-from test_server_e2e import LONG, LONG_CTX, MODEL, REPO, ReameServer, free_port, http
+from test_server_e2e import (LONG, LONG_CTX, MODEL, REPO, ReameServer, free_port, http,
+                             per_model)
 from test_server_nginx import nginx_binary
 
 DEPLOY = REPO / "deploy" / "nginx"
@@ -787,7 +788,8 @@ def _failover(reps, bal):
         t.start()
     try:
         deadline = time.monotonic() + 20 * TIME_SCALE
-        while reps[victim].metrics()["reame_running_requests"] < 3:     # the stream + 2 of ours
+        running = per_model("reame_running_requests", victim)      # its model's id: its alias
+        while reps[victim].metrics()[running] < 3:                  # the stream + 2 of ours
             assert time.monotonic() < deadline, "the victim never ran several requests at once"
             time.sleep(0.02)
         kill_tree(reps[victim].proc.pid)

@@ -457,8 +457,9 @@ class Footprint(NamedTuple):
 
 def memory_need(config: ServerConfig) -> Footprint:
     """What the model takes once loaded, from the GGUF header (no weight is read): its
-    weights, its KV pool (kv_plan) and the engine's step buffers (activations of the largest
-    step and its logits rows, float32). What a server of several models budgets for it."""
+    weights, its KV pool (kv_plan), the engine's step buffers (activations of the largest
+    step and its logits rows, float32) and the speculator's index at its bound. What a server
+    of several models budgets for it."""
     from ..jit.engine import MAX_BATCH_TOKENS
     from ..kv_cache import bytes_per_token
     from ..model import load_model
@@ -473,7 +474,13 @@ def memory_need(config: ServerConfig) -> Footprint:
         + 2 * max(c.n_ff, getattr(c, "n_ff_shexp", 0) or 0)
     buffers = 4 * (MAX_BATCH_TOKENS * width + max(slots, 16) * c.n_vocab)
     size = os.path.getsize(config.model)
-    return Footprint(weights + kv + buffers, size, c.name)
+    # the speculator's index of earlier traffic, at its bound (~51 MB for 262,144 positions,
+    # docs/speculation.md)
+    drafts = SPECULATOR_BYTES_PER_TOKEN * config.speculate_tokens if config.speculating else 0
+    return Footprint(weights + kv + buffers + drafts, size, c.name)
+
+
+SPECULATOR_BYTES_PER_TOKEN = 200
 
 
 def engine_factory(config: ServerConfig, shared_pools: bool = False) -> Callable[[], object]:

@@ -459,7 +459,7 @@ def test_key_precedence_with_njs(replicas, balancers):
 # tagged in its query string), since an answer's `model` names the model, not the replica.
 MODEL_NAMES = tuple(f"m{i}" for i in range(12))
 BUSY = "busy"
-BUSY_LINE = '# "qwen2.5-32b"                 "qwen2.5-32b $reame_session";'
+BUSY_LINE = '# "qwen2.5-7b"                  "qwen2.5-7b $reame_session";'
 
 
 @pytest.fixture(scope="module")

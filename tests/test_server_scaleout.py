@@ -1,5 +1,6 @@
 """Scale-out: two `reame serve` replicas behind nginx running deploy/nginx/reame-scaleout.conf
-(and its njs variant), as shipped, with only addresses and paths changed.
+(and its njs variant, and reame-models.conf), as shipped, with only addresses and paths
+changed.
 
 - Affinity: every request of a session (X-Session-Id header; with njs also the body's
   `prompt_cache_key`, Anthropic's `metadata.user_id`, `user`, `safety_identifier`, in that
@@ -14,6 +15,12 @@
   survivor), and every stream that had not received its first byte when the replica died
   completes; a stream already under way is cut, and its client sees the cut (the OpenAI client
   raises APIConnectionError), never a clean, shortened end.
+- Several models (deploy/nginx/reame-models.conf): replicas serving the same model names, each
+  model routed to one replica by the body's `model` whatever the request's session keys and
+  client address, so that only that replica loads it; requests naming no model follow the
+  first model; a busy model's line spreads its sessions; a dead replica's models move to the
+  other (its running request retried there). Told by nginx's access log, as answers name the
+  model, not the replica.
 
 nginx is Debian's package (/usr/sbin/nginx), the njs module Debian's libnginx-mod-http-js; CI
 must install both (.ci/run). Under CI=1 a missing one FAILS these tests, locally it skips them.
@@ -845,6 +852,68 @@ def _failover(reps, bal):
 
     finally:
         enough.set()                # the load stops, whatever failed
+
+
+def test_models_of_a_killed_replica_move_to_the_other(stories_path, tmp_path_factory):
+    """reame-models.conf's failover: a replica SIGKILLed (its process group, as a machine dying)
+    while it generates for one of its models. That request is sent again to the other replica
+    and answered there (upstream "victim, survivor", "502, 200"); the dead replica's models are
+    then answered by the survivor, which loads them, and the survivor's own models stay on it.
+    Catches a site whose proxy_next_upstream lacks `non_idempotent` (the running request, a
+    POST already sent, gets a 502)."""
+    nginx_binary()
+    js_module()
+    models = [a for n in MODEL_NAMES for a in ("--model", f"{n}={stories_path}")]
+    reps = start_replicas(stories_path, tmp_path_factory.mktemp("model-failover"), models)
+    bal = None
+    try:
+        bal = Balancer(SITE_MODELS, [r.port for r in reps.values()],
+                       tmp_path_factory.mktemp("nginx-model-failover"), default_model=MODEL)
+        victim, survivor = ALIASES
+        home = probe_homes(bal, reps, MODEL_NAMES)
+        gone = [n for n in MODEL_NAMES if home[n] == victim][:2]
+        kept = [n for n in MODEL_NAMES if home[n] == survivor][:1]
+        assert gone and kept, f"12 names, all on one replica: {home}"
+        for n in gone + kept:
+            tag, status, out = send(bal, "/v1/completions", keyed_body(n))
+            assert status == 200 and out["model"] == n, out
+        running = per_model("reame_running_requests", gone[0])
+        long = {}
+        worker = threading.Thread(target=lambda: long.update(r=send(
+            bal, "/v1/completions", {**keyed_body(gone[0], max_tokens=LONG_GEN),
+                                     "ignore_eos": True})), daemon=True)
+        worker.start()
+        deadline = time.monotonic() + 20 * TIME_SCALE
+        while reps[victim].metrics().get(running, 0) < 1:
+            assert time.monotonic() < deadline, "the long request never ran on its replica"
+            time.sleep(0.02)
+        kill_tree(reps[victim].proc.pid)
+        reps[victim].proc.wait(10 * TIME_SCALE)
+        worker.join(60 * TIME_SCALE)
+        assert "r" in long, "the long request did not end"
+        tag, status, out = long["r"]
+        assert status == 200 and out["model"] == gone[0], (status, str(out)[:300])
+        a, b = (f"127.0.0.1:{reps[x].port}" for x in (victim, survivor))
+        line = next(ln for ln in bal.log_lines() if f"?tag={tag} " in ln)
+        assert f'upstream="{a}, {b}"' in line and 'upstream_status="502, 200"' in line, line
+
+        sent = [(n, send(bal, "/v1/completions", keyed_body(n))) for _ in range(2)
+                for n in gone + kept]
+        for n, (tag, status, out) in sent:
+            assert status == 200 and out["model"] == n, (n, status, out)
+        time.sleep(0.2)                 # nginx writes a request's log line after its answer
+        lines = bal.log_lines()
+        for n, (tag, _, _) in sent:
+            line = next(ln for ln in lines if f"?tag={tag} " in ln)
+            assert re.search(rf'upstream="([^"]*, )?{re.escape(b)}"', line), (n, line)
+        states = model_states(reps[survivor])
+        assert all(states[n] == "loaded" for n in gone + kept), states
+    finally:
+        if bal is not None:
+            bal.stop()
+        for r in reps.values():
+            r.stop()
+
 
 # ---- the container image ----
 

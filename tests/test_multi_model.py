@@ -92,6 +92,26 @@ def test_three_models_in_one_process_answer_as_three_servers(paths, alone):
         for i in range(2):
             for kind, name, xs in WORK:
                 assert ask(client, kind, name, xs[i]) == alone[name][i], (name, i)
+        # Ollama's keep_alive on every API, set by a request that succeeds only (catches: a
+        # schema refusing it, or a 400 request leaving its keep_alive on the model)
+        for path, length, body in (
+                ("/v1/chat/completions", "max_tokens", {"messages": CHATS[0]}),
+                ("/v1/completions", "max_tokens", {"prompt": "Hi"}),
+                ("/v1/responses", "max_output_tokens", {"input": "Hi"}),
+                ("/v1/messages", "max_tokens", {"messages": CHATS[0]})):
+            r = client.simulate_post(path, json={"model": "smol", length: 16,
+                                                 "keep_alive": "10m", **body})
+            assert r.status_code == 200, (path, r.text)
+            r = client.simulate_post(path, json={"model": "smol", length: "two",
+                                                 "keep_alive": 0, **body})
+            assert r.status_code == 400, (path, r.text)
+            assert reg.find("smol").keep_alive == 600, path
+        r = client.simulate_post("/v1/embeddings", json={"model": "embed", "input": "x",
+                                                         "keep_alive": "1h"})
+        assert r.status_code == 200 and reg.find("embed").keep_alive == 3600
+        r = client.simulate_post("/v1/completions", json={"model": "smol", "prompt": "x",
+                                                          "keep_alive": "soon"})
+        assert r.status_code == 400 and r.json["error"]["param"] == "keep_alive"
         cards = {m["id"]: m for m in client.simulate_get("/v1/models").json["data"]}
         assert {k: v["state"] for k, v in cards.items()} == {
             "stories260K": "loaded", "smol": "loaded", "embed": "loaded"}

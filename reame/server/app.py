@@ -376,7 +376,8 @@ class ServedModels:
         self.registry, self.config = registry, config
 
     def get(self, req, body=None) -> ModelService:
-        name, keep = requested_model(body)
+        name = requested_model(body)
+        keep = take_keep_alive(req, body)
         service, release = self.registry.acquire(
             name, keep, timeout=self.config.request_timeout or None,
             retry_after=self.config.retry_after)
@@ -403,21 +404,25 @@ class ServedModels:
         return e.service if e.state == "loaded" else None
 
 
-def requested_model(body) -> tuple[str | None, float | None]:
+def requested_model(body) -> str | None:
     """A request body's `model` (None when absent or not a string: the first model, and the
-    body's own check reports a bad value) and `keep_alive` (Ollama's: seconds or a duration
-    string; 400 when malformed)."""
-    if not isinstance(body, dict):
-        return None, None
-    name = body.get("model")
-    keep = body.get("keep_alive")
-    if keep is not None:
+    body's own check reports a bad value)."""
+    name = body.get("model") if isinstance(body, dict) else None
+    return name if isinstance(name, str) else None
+
+
+def take_keep_alive(req, body) -> float | None:
+    """The body's `keep_alive` (Ollama's: seconds or a duration string; 400 when malformed),
+    taken out of the body (the API's own schema does not know it) and kept on the request, so
+    that a resource may take it before validating the body and get() still finds it."""
+    if isinstance(body, dict) and "keep_alive" in body:
+        raw = body.pop("keep_alive")
         try:
-            keep = parse_duration(keep)
+            req.context.keep_alive = None if raw is None else parse_duration(raw)
         except ValueError as e:
             raise APIError(400, f"Invalid 'keep_alive': {e}.", "invalid_request_error",
                            "keep_alive", "invalid_value") from None
-    return (name if isinstance(name, str) else None), keep
+    return getattr(req.context, "keep_alive", None)
 
 
 class ReleaseModels:
@@ -425,8 +430,9 @@ class ReleaseModels:
     generation is in the scheduler by then, which keeps its model loaded until it ends."""
 
     def process_response(self, req, resp, resource, req_succeeded):
+        ok = req_succeeded and resp.status_code < 400
         for release in getattr(req.context, "model_releases", ()):
-            release()
+            release(ok)
 
 
 def create_app(engine_or_factory=None, config: ServerConfig | None = None, *, tokenizer=None,

@@ -223,28 +223,30 @@ class ModelRegistry:
 
     def acquire(self, name: str | None = None, keep_alive: float | None = None,
                 timeout: float | None = None, retry_after: int = 1):
-        """(the named model's service, a function releasing it): the model is loaded first if
-        it is not (waiting at most `timeout` seconds, else 503; 0: not waiting for a load
-        already under way), and it is not unloaded until released (submit before that)."""
+        """(the named model's service, `release(ok=True)`): the model is loaded first if it is
+        not (waiting at most `timeout` seconds, else 503; 0: not waiting for a load already
+        under way), and it is not unloaded until released (submit before that). `keep_alive`
+        becomes the model's when the request is released ok (an invalid request changes
+        nothing)."""
         e = self.find(name)
         with self._cond:
             e.leases += 1
             e.last_used = self.clock()
-            if keep_alive is not None:
-                e.keep_alive = keep_alive
         done = []
 
-        def release():
+        def release(ok: bool = True):
             if not done:
                 done.append(True)
                 with self._cond:
                     e.leases -= 1
                     e.last_used = self.clock()
+                    if ok and keep_alive is not None:
+                        e.keep_alive = keep_alive
                     self._cond.notify_all()
         try:
             return self._ready(e, timeout, retry_after), release
         except BaseException:
-            release()
+            release(False)
             raise
 
     @contextmanager
@@ -320,7 +322,8 @@ class ModelRegistry:
         t0 = time.monotonic()
         _background_priority()
         try:
-            service = self.build(e)
+            with _gil_handover():
+                service = self.build(e)
         except BaseException as ex:            # reported to its requests; the worker stays up
             log.exception("loading model %s failed", e.id)
             with self._cond:
@@ -431,6 +434,33 @@ class ModelRegistry:
     def loaded(self) -> dict[str, object]:
         """Every model's id -> its service when loaded, else None (the metrics read this)."""
         return {e.id: (e.service if e.state == "loaded" else None) for e in self.entries}
+
+
+_LOADS = [0, None]                  # loads under way, the switch interval before the first
+_LOADS_LOCK = threading.Lock()
+LOAD_SWITCH_INTERVAL = 0.0002       # s: how soon a thread waiting for the GIL gets it
+
+
+@contextmanager
+def _gil_handover():
+    """While a model loads (tokenizer, template and step programs are built in Python, holding
+    the GIL), the engine threads of the models serving ask for the GIL several times a step;
+    each request waits up to the switch interval (5 ms) for the loading thread to let go, and
+    that thread, at nice 19, runs only when a core is free. A 0.2 ms interval meanwhile keeps a
+    serving model's steps from waiting on it (measured: bench/multimodel.py)."""
+    import sys
+    with _LOADS_LOCK:
+        if _LOADS[0] == 0:
+            _LOADS[1] = sys.getswitchinterval()
+            sys.setswitchinterval(min(_LOADS[1], LOAD_SWITCH_INTERVAL))
+        _LOADS[0] += 1
+    try:
+        yield
+    finally:
+        with _LOADS_LOCK:
+            _LOADS[0] -= 1
+            if _LOADS[0] == 0:
+                sys.setswitchinterval(_LOADS[1])
 
 
 def _background_priority() -> None:

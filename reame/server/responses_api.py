@@ -361,8 +361,9 @@ class Responses:
     # -- create --
 
     def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
-        from .app import _read_body
+        from .app import _read_body, take_keep_alive
         body = parse_json(_read_body(req, self.config.max_body_bytes))
+        take_keep_alive(req, body)              # Ollama's keep_alive: for ServedModels.get
         r = M.validate(M.ResponsesRequest, body)
         refuse_unsupported(r)
         history = []

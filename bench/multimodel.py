@@ -10,7 +10,7 @@
    again in turn (each request's model is the coldest: it is reloaded, another unloaded), then
    from three concurrent clients; every request must succeed and answer as alone. Loads and
    unloads are counted from /v1/models and the log.
-3. `load`: SmolLM2 streaming chats at full speed (two streams of 160 tokens), alone and then
+3. `load`: SmolLM2 streaming chats at full speed (two streams of 500 tokens), alone and then
    while a second model (the synthetic Qwen2.5-0.5B-shaped Q8_0 file of bench/synth.py by
    default, a realistic load: weights read and repacked, kernels compiled or read from the
    cache; --cold compiles them) is loaded by its first request: the streams' time per output
@@ -42,6 +42,7 @@ STORIES = SHARED / "models" / "stories260K.gguf"
 SMOL = SHARED / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
 SECOND = Path.home() / ".cache" / "reame" / "bench" / "qwen2-0.5b-Q8_0-default-s0-v1.gguf"
 COMMON = ["--kv-cache-mb", "64", "--max-seqs", "4"]
+STREAM = 500                # tokens of each chat stream in `load` (~4 s at full speed)
 
 PROMPTS = ["Once upon a time", "The little dog", "Lily and Tom went", "One day, a bird"]
 CHATS = ["What is the capital of France?", "Name a color.", "Say hello.", "Count to five."]
@@ -186,6 +187,11 @@ def stream(host: str, model: str, content: str, max_tokens: int, out: list) -> N
     conn.close()
 
 
+def pcts(xs: list[float]) -> list[float]:
+    xs = sorted(xs) or [float("nan")]
+    return [xs[len(xs) // 2], xs[min(len(xs) - 1, int(0.95 * len(xs)))], xs[-1]]
+
+
 def gaps(times: list[float], t0: float, t1: float) -> list[float]:
     return [b - a for a, b in zip(times, times[1:]) if a >= t0 and b <= t1]
 
@@ -216,12 +222,12 @@ def bench_load(second: Path, cold: bool, adaptive_dir: str) -> dict:
         os.environ.pop("REAME_CACHE_DIR", None)
     try:
         ask(s.url, "chat", "smol", "warm up", 8)
-        outs, _ = run_streams(s.url, 2, 160)                              # alone
+        outs, _ = run_streams(s.url, 2, STREAM)                           # alone
         alone_gaps = [g for o in outs for g in gaps(o, o[0], o[-1])]
         info = {}
 
         def load_second():
-            time.sleep(1.5)                               # the streams are under way
+            time.sleep(1.0)                               # the streams are under way
             t0 = time.monotonic()
             st, ans = ask(s.url, "completion", "second", "Once upon a time", 8)
             t1 = time.monotonic()
@@ -230,12 +236,12 @@ def bench_load(second: Path, cold: bool, adaptive_dir: str) -> dict:
             info.update(status=st, t0=t0, answered_s=round(t1 - t0, 3),
                         load_s=card.get("load_seconds"))
             return info
-        outs, info = run_streams(s.url, 2, 160, load_second)
+        outs, info = run_streams(s.url, 2, STREAM, load_second)
         t0, t1 = info["t0"], info["t0"] + (info["load_s"] or 0)
         during = [g for o in outs for g in gaps(o, t0, t1)]
         # while the second model answers its first request: the two models take turns
         serving = [g for o in outs for g in gaps(o, t1, info["t0"] + info["answered_s"])]
-        again, _ = run_streams(s.url, 2, 160)          # alone again (the second idle, loaded)
+        again, _ = run_streams(s.url, 2, STREAM)       # alone again (the second idle, loaded)
         alone_gaps += [g for o in again for g in gaps(o, o[0], o[-1])]
         mean = lambda xs: statistics.fmean(xs) if xs else float("nan")   # noqa: E731
         return {"cold_cache": cold, "second": second.name, "second_status": info["status"],
@@ -244,6 +250,8 @@ def bench_load(second: Path, cold: bool, adaptive_dir: str) -> dict:
                 "tpot_during_load_ms": round(1e3 * mean(during), 2),
                 "tpot_ratio": round(mean(during) / mean(alone_gaps), 3),
                 "tokens_during_load": len(during),
+                "during_load_p50_p95_max_ms": [round(1e3 * x, 1) for x in pcts(during)],
+                "alone_p50_p95_max_ms": [round(1e3 * x, 1) for x in pcts(alone_gaps)],
                 "tpot_while_second_answers_ms": round(1e3 * mean(serving), 2)}
     finally:
         s.stop()

@@ -292,3 +292,54 @@ def test_a_models_dir_serves_its_gguf_files_and_skips_a_broken_one(tmp_path, sto
     assert "broken.gguf" in caplog.text and "not served" in caplog.text
     with pytest.raises(ReameError, match="broken.gguf"):       # named on the command line
         entries_of(cfg, [parse_spec(str(tmp_path / "broken.gguf"))])
+
+
+# ---- a load beside serving models: paced ----
+
+def test_a_paced_thread_runs_a_fifth_of_the_time_while_others_serve_and_freely_otherwise():
+    # catches: a pacer that never sleeps (the serving models' steps wait on the loader's GIL:
+    # 1.8-2.9x their time per token, bench/multimodel.py), or one that also sleeps when no
+    # other model serves (a lone load made slow for nothing)
+    from reame import pace
+    clock = Clock(0.0)
+    slept = []
+
+    def sleep(s):
+        slept.append(s)
+        clock.advance(s)
+    busy = [True]
+    with pace.paced(lambda: busy[0], duty=0.2, clock=clock, sleep=sleep):
+        for _ in range(100):                  # 100 chunks of 0.5 ms of work
+            clock.advance(0.0005)
+            pace.checkpoint()
+        work = 100 * 0.0005
+        assert sum(slept) == pytest.approx(work * 4, rel=0.05)   # ran 1/5 of the time
+        busy[0] = False
+        slept.clear()
+        for _ in range(100):
+            clock.advance(0.0005)
+            pace.checkpoint()
+        assert slept == []
+    pace.checkpoint()                         # outside the block: nothing happens
+    assert slept == []
+
+
+def test_a_registry_load_is_paced_and_restores_the_switch_interval():
+    # catches: a load that is not paced (its build's checkpoints do nothing), or a switch
+    # interval left at 0.2 ms after the load (every thread switching 25x as often forever)
+    import sys
+
+    from reame import pace
+    seen = {}
+    reg, _ = make({"a": 10, "b": 10}, budget=100)
+    inner = reg.build
+
+    def build(e):
+        seen["pacer"] = getattr(pace._local, "pacer", None)
+        seen["interval"] = sys.getswitchinterval()
+        return inner(e)
+    reg.build = build
+    before = sys.getswitchinterval()
+    load(reg, "a")
+    assert seen["pacer"] is not None and seen["interval"] < before
+    assert sys.getswitchinterval() == before

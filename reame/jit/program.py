@@ -19,6 +19,7 @@ from ..codegen.kernels import Kernel, build
 from ..codegen.runtime import Program, aligned_zeros
 from ..codegen.spec import KernelSpec
 from ..dispatch import DispatchTable
+from ..pace import checkpoint
 
 
 class Dyn:
@@ -56,6 +57,7 @@ class ProgramBuilder:
 
     def kernel(self, spec: KernelSpec) -> Kernel:
         if spec not in self.kernels:
+            checkpoint()
             progress.note(f"compiling {spec.label()}")
             self.kernels[spec] = build(spec, self.isa)
         return self.kernels[spec]
@@ -63,6 +65,7 @@ class ProgramBuilder:
     def op(self, site: str, spec: KernelSpec, barrier: bool = True, **args) -> int:
         """Add an op: `args` maps the op's argument names to arrays, ints or Dyn words.
         `barrier=False`: the next op does not read this one's output, no need to wait."""
+        checkpoint()                    # a model loading beside others: let them step
         words = [args[a] for a in registry.get_op(spec.op).args]
         count = args.get("n")
         lo, hi = self.ranges.get(count.name, (3, 3)) if isinstance(count, Dyn) else (3, 3)

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from ..errors import ReameError
+from ..pace import paced
 from .config import ServerConfig
 from .schemas import APIError
 
@@ -322,7 +323,9 @@ class ModelRegistry:
         t0 = time.monotonic()
         _background_priority()
         try:
-            with _gil_handover():
+            # while other models serve, the load runs at most a fifth of the time (its
+            # Python holds the GIL their steps need: reame/pace.py)
+            with _gil_handover(), paced(lambda: not self.turns.may_idle(None)):
                 service = self.build(e)
         except BaseException as ex:            # reported to its requests; the worker stays up
             log.exception("loading model %s failed", e.id)

@@ -26,6 +26,7 @@ from typing import Any, Iterable
 import regex
 
 from ..errors import TokenizerError
+from ..pace import checkpoint
 from .bpe import BPE
 from .detokenize import piece_bytes
 from .merge import TokenLimit
@@ -76,10 +77,14 @@ class Tokenizer:
                 if not pre.merges_optional:
                     raise TokenizerError("BPE vocabulary without tokenizer.ggml.merges")
                 merges = []
+            checkpoint()                    # a model loading beside others: let them step
             vocab = load_vocab(metadata, default_flags=(pre.add_bos, False),
                                force_bos=pre.force_bos, no_bos=pre.no_bos)
+            checkpoint()
             return cls(vocab, BPE(vocab, pre, merges))
+        checkpoint()
         vocab = load_vocab(metadata)
+        checkpoint()
         return cls(vocab, SPM(vocab))
 
     @classmethod

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import TokenizerError
+from ..pace import checkpoint
 
 log = logging.getLogger(__name__)
 
@@ -124,7 +125,10 @@ def load_vocab(md: dict[str, Any], default_flags: tuple[bool, bool] | None = Non
     for i, t in enumerate(tokens):
         if not t:
             tokens[i] = f"[EMPTY_{i}]"
+        if not i & 8191:
+            checkpoint()                # a model loading beside others: let them step
     token_to_id = {t: i for i, t in enumerate(tokens)}
+    checkpoint()
     if len(token_to_id) != n:
         seen: dict[str, int] = {}
         for i, t in enumerate(tokens):

@@ -8,6 +8,7 @@ import threading
 import time
 
 import pytest
+from dataclasses import replace
 
 from reame.server.config import ServerConfig
 from reame.topology import Topology, claim_slot, parse_cpulist
@@ -65,8 +66,18 @@ def test_placement_binds_only_where_there_are_several_nodes(tmp_path):
     assert ServerConfig().placement(two) is None          # reame.wsgi:app: REAME_PIN decides
     assert ServerConfig(pin="off").placement(two) is None
     assert ServerConfig(pin="cores").placement(one) == list(range(8))
+    from reame.server import config as server_config
     cfgs = [ServerConfig(pin="auto", workers=2, metrics_dir=str(tmp_path / "m")) for _ in "ab"]
-    assert [c.placement(two) for c in cfgs] == two.pools(2)
+    got = []
+    for c in cfgs:                      # two workers: the claim is per process, forget ours
+        server_config._CLAIMED.clear()
+        got.append(c.placement(two))
+    assert got == two.pools(2)
+    # one worker placing several models (each its config): one pool, the one it claimed
+    # (catches: a second claim, which flock refuses in this process, taking another's pool)
+    server_config._CLAIMED.clear()
+    third = ServerConfig(pin="auto", workers=3, metrics_dir=str(tmp_path / "n"))
+    assert third.placement(two) == third.placement(two) == replace(third).placement(two)
 
 
 def test_a_slot_is_held_until_its_process_exits(tmp_path):

@@ -7,6 +7,7 @@ from dataclasses import dataclass, fields
 
 from ..errors import ReameError
 
+_CLAIMED: dict = {}    # (pid, directory) -> the pool slot this worker claimed
 DEFAULT_BATCH = 16     # sequences running at once to start with (measured: docs/benchmarks.md)
 AUTO_SLOTS = 64        # how far the adaptive runtime may grow it when --max-seqs is not given
 
@@ -166,7 +167,10 @@ class ServerConfig:
             return pools[0]
         import tempfile
         where = os.path.join(self.metrics_dir or tempfile.gettempdir(), "reame-pools")
-        i = claim_slot(where, self.workers)
+        key = (os.getpid(), where)          # one slot per worker, whatever models it loads
+        if key not in _CLAIMED:
+            _CLAIMED[key] = claim_slot(where, self.workers)
+        i = _CLAIMED[key]
         return None if i is None else pools[i]
 
     def check(self) -> None:

@@ -31,7 +31,7 @@ class LazyApp:
                 if self._app is None:
                     from .server.app import create_app
                     from .server.config import ServerConfig
-                    from .server.registry import server_registry
+                    from .server.model_specs import server_registry
                     config = ServerConfig.from_env()
                     self._app = create_app(config=config, registry=server_registry(config))
         return self._app

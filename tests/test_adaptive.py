@@ -560,7 +560,7 @@ def test_candidate_builds_run_at_the_lowest_priority_without_renicing_the_server
     import os
     import threading
 
-    from reame.adaptive.tuner import background_priority
+    from reame.pace import background_priority
     seen = {}
 
     def work():

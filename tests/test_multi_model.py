@@ -17,7 +17,7 @@ from reame.model import load_model
 from reame.scheduler import Scheduler
 from reame.server.app import create_app
 from reame.server.config import ServerConfig
-from reame.server.registry import server_registry
+from reame.server.model_specs import server_registry
 from reame.server.service import engine_factory
 from reame.turns import Turns
 

@@ -12,8 +12,8 @@ import pytest
 
 from reame.errors import ReameError
 from reame.server.config import ServerConfig
-from reame.server.registry import (FAILED_RETRY, ModelEntry, ModelRegistry, choose_victims,
-                                   parse_duration, parse_spec)
+from reame.server.model_specs import parse_duration, parse_spec
+from reame.server.registry import FAILED_RETRY, ModelEntry, ModelRegistry, choose_victims
 from reame.server.schemas import APIError
 from reame.turns import Turns
 
@@ -281,7 +281,7 @@ def test_a_models_dir_serves_its_gguf_files_and_skips_a_broken_one(tmp_path, sto
                                                                   caplog):
     # catches: one malformed file in the directory keeping the server from starting, or
     # served (every request to it a 500), or later parts of a split model listed as models
-    from reame.server.registry import entries_of, specs_of
+    from reame.server.model_specs import entries_of, specs_of
     (tmp_path / "tiny.gguf").symlink_to(stories_path)
     (tmp_path / "broken.gguf").write_bytes(b"GGUF" + b"\xff" * 60)
     (tmp_path / "big-00002-of-00002.gguf").write_bytes(b"")

@@ -38,6 +38,7 @@ from ..codegen import registry
 from ..codegen.kernels import Kernel, build
 from ..codegen.runtime import cycle_hz
 from ..dispatch import VariantRejected
+from ..pace import background_priority
 from .decide import Comparison
 
 log = logging.getLogger("reame.adaptive")
@@ -71,20 +72,6 @@ class Trial:
     unlike: int = 0                           # pairs dropped: steps of unlike sizes
     order_ab: bool = True                     # this pair runs A first
     slow_pairs: int = 0
-
-
-def background_priority(nice: int = 19) -> None:
-    """Run the calling thread at CPU priority `nice` (19: the lowest; Linux: per thread). A
-    candidate's build and numerical check run while the engine serves; on a machine whose
-    cores all compute the step, at equal priority they would take a core from the step's
-    threads (py-spy on a 2-vCPU server at 16 clients: ~6% of the CPU time went to them)."""
-    import os
-    import sys
-    if sys.platform.startswith("linux"):
-        try:
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), nice)
-        except OSError:
-            pass
 
 
 class KernelTuner:

@@ -25,7 +25,8 @@ from .responses import (ClosingStream, answer, client_connected, client_key, emb
                         start_job)
 from .schemas import (APIError, error_body, parse_chat, parse_completion, parse_detokenize,
                       parse_embeddings, parse_json, parse_tokenize)
-from .registry import ModelEntry, ModelRegistry, parse_duration
+from .model_specs import parse_duration
+from .registry import ModelEntry, ModelRegistry
 from .service import ModelService, build_service, model_names
 
 log = logging.getLogger("reame.server")

@@ -166,7 +166,7 @@ def cmd_serve(args) -> int:
     if not 0 < args.port < 65536:
         raise ReameError("--port must be in 1..65535")
     from ..hub import resolve_model
-    from .registry import parse_duration, parse_spec
+    from .model_specs import parse_duration, parse_spec
     specs = ([args.model] if args.model else []) + list(args.model_flag or [])
     models_dir = args.models_dir or os.environ.get("REAME_MODELS_DIR") or None
     if not specs and not models_dir and not os.environ.get("REAME_MODELS"):
@@ -210,7 +210,7 @@ def cmd_serve(args) -> int:
         adaptive_report=args.adaptive_report, tpot_limit=args.tpot_limit, pin=pin,
         speculate=args.speculate, speculate_tokens=args.speculate_tokens,
         kernel_tuning=args.kernel_tuning)
-    from .registry import entries_of, specs_of
+    from .model_specs import entries_of, specs_of
     entries_of(config, specs_of(config))   # every file readable, names distinct: before forking
     run(config, host=args.host, port=args.port, workers=args.workers,
         http_threads=args.http_threads, log_level=args.log_level, access_log=args.access_log)

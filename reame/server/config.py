@@ -120,7 +120,7 @@ class ServerConfig:
                 if name == "models":             # specs separated by ';'
                     values[name] = tuple(x.strip() for x in raw.split(";") if x.strip())
                 elif name == "keep_alive":       # seconds, or a duration: 30s, 5m, 1h, -1
-                    from .registry import parse_duration
+                    from .model_specs import parse_duration
                     values[name] = parse_duration(raw)
                 elif "int" in kind:
                     values[name] = int(raw)

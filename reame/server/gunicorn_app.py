@@ -80,7 +80,7 @@ class ReameApplication(BaseApplication):
     def load(self):
         """Called in each worker after the fork: build the app and start loading the model."""
         from .app import create_app
-        from .registry import server_registry
+        from .model_specs import server_registry
         logging.basicConfig(level=self.options.get("loglevel", "info").upper(), format=LOG_FORMAT)
         app = create_app(config=self.config, registry=server_registry(self.config))
         app.reame.start()

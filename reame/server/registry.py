@@ -1,15 +1,15 @@
 """The models a server serves: loaded on demand, under one memory budget, unloaded when cold.
 
-`reame serve` takes models as `--model [NAME=]PATH[,key=value...]` (repeatable) and
-`--models-dir DIR`; each becomes a `ModelEntry` (its settings: the server's, overridden by its
-keys). A request's `model` picks its entry (none: the first model); `ModelRegistry.use` leases
-it for as long as the request is being submitted and, when it is not loaded, loads it in a
-background thread while the request waits (bounded by the request timeout); other models keep
-stepping meanwhile (their steps take turns on the CPU: reame/turns.py).
+Each model `reame serve` is given (model_specs.py: `--model [NAME=]PATH[,key=value...]`,
+`--models-dir`) is a `ModelEntry` (its settings: the server's, overridden by its keys). A
+request's `model` picks its entry (none: the first model); `ModelRegistry.acquire` leases it
+until the request is submitted and, when it is not loaded, loads it in a background thread
+while the request waits (bounded by the request timeout); other models keep stepping meanwhile
+(their steps take turns on the CPU: reame/turns.py; the load is paced: reame/pace.py).
 
 Memory is one budget (`--memory-budget-mb`, default: what the host or container leaves at
 start, split between the workers): each model counts its weights, KV pool and step buffers
-(service.memory_need). A model that does not fit beside the loaded ones makes room by unloading
+(service.memory_need) and its speculator's index. A model that does not fit beside the loaded ones makes room by unloading
 the least recently used idle ones (no request submitted or running, no lease); if the busy ones
 leave no room it waits for them; a model bigger than the whole budget is a 400. An idle model is
 also unloaded `keep_alive` seconds after its last request (`--keep-alive`, or a request's
@@ -24,105 +24,19 @@ import gc
 import logging
 import math
 import os
-import re
 import threading
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from ..errors import ReameError
-from ..pace import paced
+from ..pace import background_priority, paced
 from .config import ServerConfig
 from .schemas import APIError
 
 log = logging.getLogger("reame.server")
 
-KEEP_ALIVE = 300.0          # s an idle model stays loaded when several are served
 FAILED_RETRY = 30.0         # s before a model whose load failed is tried again
-MEMORY_SHARE = 0.9          # of the memory available at start: the default budget
-# per-model keys of a --model spec -> the ServerConfig field they set
-SPEC_KEYS = {"pooling": "pooling", "ctx-size": "ctx_size",
-             "kv-cache-mb": "kv_cache_mb", "kv-type": "kv_type", "max-seqs": "max_seqs",
-             "chat-template-file": "chat_template_file", "keep-alive": "keep_alive",
-             "threads": "threads"}
-
-
-def parse_duration(value) -> float:
-    """Seconds of a keep-alive, as Ollama reads one: a number of seconds, or a duration string
-    ("30s", "5m", "1h", "1h30m", "500ms"); negative: forever (math.inf). ValueError if not."""
-    if isinstance(value, bool):
-        raise ValueError(f"{value!r} is not a duration")
-    if isinstance(value, (int, float)):
-        x = float(value)
-    else:
-        text = str(value).strip()
-        try:
-            x = float(text)
-        except ValueError:
-            parts = re.fullmatch(r"(-)?((?:\d+(?:\.\d+)?(?:ms|s|m|h))+)", text)
-            if not parts:
-                raise ValueError(f"{value!r} is not a duration (seconds, or like 30s, 5m, "
-                                 "1h)") from None
-            unit = {"ms": 1e-3, "s": 1, "m": 60, "h": 3600}
-            x = sum(float(n) * unit[u] for n, u in
-                    re.findall(r"(\d+(?:\.\d+)?)(ms|s|m|h)", parts.group(2)))
-            x = -x if parts.group(1) else x
-    if math.isnan(x):
-        raise ValueError("a keep-alive of NaN")
-    return math.inf if x < 0 else x
-
-
-@dataclass
-class ModelSpec:
-    path: str
-    name: str | None = None             # NAME= of the spec; None: the file's name
-    options: dict = field(default_factory=dict)     # ServerConfig fields set for this model
-    found: bool = False                 # found in --models-dir (an unreadable one is skipped)
-
-
-def parse_spec(text: str) -> ModelSpec:
-    """`[NAME=]PATH[,key=value...]` (keys: SPEC_KEYS) -> ModelSpec; ReameError if malformed."""
-    head, *pairs = text.split(",")
-    name, sep, path = head.partition("=")
-    if not sep:
-        name, path = None, head
-    elif not name or "/" in name:       # a path with "=" in it, not NAME=PATH
-        name, path = None, head
-    if not path:
-        raise ReameError(f"--model {text!r}: no path")
-    options = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        key = key.strip().replace("_", "-")
-        if not sep or key not in SPEC_KEYS:
-            raise ReameError(f"--model {text!r}: {pair!r} is not one of "
-                             f"{', '.join(k + '=...' for k in SPEC_KEYS)}")
-        fname = SPEC_KEYS[key]
-        try:
-            if fname == "keep_alive":
-                options[fname] = parse_duration(value)
-            elif fname in ("ctx_size", "kv_cache_mb", "max_seqs", "threads"):
-                options[fname] = int(value)
-            else:
-                options[fname] = value
-        except ValueError as e:
-            raise ReameError(f"--model {text!r}: {key}: {e}") from None
-    return ModelSpec(os.path.abspath(os.path.expanduser(path)), name, options)
-
-
-def scan_dir(directory: str) -> list[ModelSpec]:
-    """The .gguf files of a directory (not its subdirectories), sorted, as specs named by
-    their files. Of a split model (NAME-00001-of-00003.gguf) only the first part."""
-    out = []
-    for f in sorted(os.listdir(directory)):
-        if not f.endswith(".gguf") or f.startswith("."):
-            continue
-        m = re.search(r"-(\d{5})-of-\d{5}\.gguf$", f)
-        if m and m.group(1) != "00001":
-            continue
-        out.append(ModelSpec(os.path.join(os.path.abspath(directory), f), found=True))
-    return out
 
 
 class ModelEntry:
@@ -321,7 +235,7 @@ class ModelRegistry:
             log.info("unloading model %s (least recently used; %s needs the memory)", v.id, e.id)
             self._unload(v)
         t0 = time.monotonic()
-        _background_priority()
+        background_priority()
         try:
             # while other models serve, the load runs at most a fifth of the time (its
             # Python holds the GIL their steps need: reame/pace.py)
@@ -464,95 +378,3 @@ def _gil_handover():
             _LOADS[0] -= 1
             if _LOADS[0] == 0:
                 sys.setswitchinterval(_LOADS[1])
-
-
-def _background_priority() -> None:
-    """This thread (a model's load: reading, repacking, compiling) at the lowest CPU priority,
-    so that the models serving meanwhile keep their speed (Linux: a thread's nice value)."""
-    try:
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
-    except (OSError, AttributeError):
-        pass
-
-
-# ---- building the registry of a server ----
-
-def specs_of(config: ServerConfig) -> list[ModelSpec]:
-    """The models a configuration serves: `model` first, then `models`, then `models_dir`."""
-    specs = []
-    if config.model:
-        specs.append(ModelSpec(config.model))
-    specs += [parse_spec(s) for s in config.models]
-    if config.models_dir:
-        specs += scan_dir(config.models_dir)
-    return specs
-
-
-def entries_of(config: ServerConfig, specs: list[ModelSpec]) -> list[ModelEntry]:
-    """An entry per spec, its memory need read from the file's header; ReameError naming the
-    file when one cannot be read, or when two models answer to one id."""
-    from .service import memory_need, model_names
-    several = len(specs) > 1
-    default_keep = (config.keep_alive if config.keep_alive is not None
-                    else KEEP_ALIVE if several else math.inf)
-    out, ids = [], {}
-    for spec in specs:
-        opts = dict(spec.options)
-        keep = opts.pop("keep_alive", default_keep)
-        if spec.name:                      # NAME= is the model's id (as --alias is for one)
-            opts["model_alias"] = spec.name
-        elif spec is not specs[0]:         # --alias names the first model only
-            opts["model_alias"] = None
-        cfg = replace(config, model=spec.path, models=(), models_dir=None, **opts)
-        cfg.check()
-        try:
-            if not os.path.isfile(spec.path):
-                raise ReameError("no such file")
-            need, size, general_name = memory_need(cfg)
-        except (ReameError, OSError, ValueError) as e:
-            msg = str(e) if str(e).startswith(spec.path) else f"{spec.path}: {e}"
-            if spec.found:          # a file of --models-dir: the others are served
-                log.warning("--models-dir: %s: not served", msg)
-                continue
-            raise ReameError(msg) from None
-        names = model_names(None, cfg) + [general_name]
-        names = [n for i, n in enumerate(names) if n and n not in names[:i]]
-        if names[0] in ids:
-            raise ReameError(f"two models are named {names[0]!r} ({ids[names[0]]} and "
-                             f"{spec.path}): name one with --model NAME=PATH")
-        ids[names[0]] = spec.path
-        out.append(ModelEntry(cfg, names, need, size, keep))
-    return out
-
-
-def default_budget(config: ServerConfig) -> int:
-    """--memory-budget-mb, else MEMORY_SHARE of what the host or container leaves now, split
-    between the workers."""
-    if config.memory_budget_mb is not None:
-        return config.memory_budget_mb * 2**20
-    from ..engines import available_memory
-    return int(available_memory() * MEMORY_SHARE) // max(1, config.workers)
-
-
-def server_registry(config: ServerConfig) -> ModelRegistry:
-    """The registry `reame serve` and reame.wsgi run: every configured model, built after the
-    fork by the engine factory on the process's shared compute threads."""
-    from ..turns import Turns
-    from .service import build_service, engine_factory
-    specs = specs_of(config)
-    if not specs:
-        raise ReameError("no model: pass MODEL.gguf to `reame serve` (or --model, "
-                         "--models-dir) or set REAME_MODEL")
-    entries = entries_of(config, specs)
-    if not entries:
-        raise ReameError(f"no model to serve: {config.models_dir} has no readable .gguf file")
-    turns = Turns()
-    several = len(entries) > 1
-    paths = [e.config.model for e in entries]
-
-    def build(e: ModelEntry):
-        engine = engine_factory(e.config, shared_pools=several)()
-        served_as = e.id if paths.count(e.config.model) > 1 else None
-        return build_service(engine, e.config, turns=turns, served_as=served_as)
-
-    return ModelRegistry(entries, build, default_budget(config), turns=turns)

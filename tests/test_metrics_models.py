@@ -14,6 +14,7 @@ import pytest
 
 from reame.server.metrics import Metrics
 from reame.server.model_metrics import register_model_series
+from test_metrics_requests import parse, value
 
 
 class Pool:
@@ -37,20 +38,6 @@ class FakeService:
         self.scheduler = Namespace(alive=alive, queue_depth=queue_depth, running=running,
                                    running_seqs=running, params=Namespace(max_batch=4),
                                    planner=Namespace(pool=Pool(**pool), preemptions=preemptions))
-
-
-def parse(text: str) -> dict:
-    """{(sample name, frozenset(labels)): value}, by Prometheus's own parser."""
-    from prometheus_client.parser import text_string_to_metric_families
-    out = {}
-    for fam in text_string_to_metric_families(text):
-        for s in fam.samples:
-            out[(s.name, frozenset(s.labels.items()))] = s.value
-    return out
-
-
-def value(parsed, name, **labels):
-    return parsed[(name, frozenset({k: str(v) for k, v in labels.items()}.items()))]
 
 
 def models_of(parsed, name) -> dict:

@@ -5,7 +5,10 @@ never overlap on the CPU and take turns."""
 
 from __future__ import annotations
 
+import json
+import re
 import threading
+import time
 from dataclasses import replace
 
 import pytest
@@ -222,3 +225,42 @@ def test_two_models_steps_never_overlap_and_take_turns(paths):
     first_b = order.index("b")
     switches = sum(1 for x, y in zip(order, order[1:]) if x != y)
     assert first_b < 12 and switches >= 16, order
+
+
+def test_two_workers_each_serve_every_model_and_metrics_sum_per_model(paths, tmp_path):
+    # catches: a worker that knows only the first model (the registry built before the fork,
+    # or from REAME_MODEL alone), or per-model metrics that lose a worker's share
+    from concurrent.futures import ThreadPoolExecutor
+
+    from test_server_e2e import ReameServer, http
+    stories, _ = paths
+    s = ReameServer(stories, "--model", f"twin={stories}", "--workers", "2",
+                    "--kv-cache-mb", "8", "--adaptive", "off", "--pin", "off",
+                    log_dir=tmp_path)
+    try:
+        def one(i):
+            model = ("stories260K", "twin")[i % 2]
+            st, _, body = http("POST", s.url + "/v1/completions", {
+                "model": model, "prompt": PROMPTS[0], "max_tokens": 4, "temperature": 0})
+            return st, model, json.loads(body)
+        with ThreadPoolExecutor(8) as ex:
+            answers = list(ex.map(one, range(32)))
+        assert all(st == 200 and body["model"] == m for st, m, body in answers), answers[:2]
+        texts = {body["choices"][0]["text"] for _, _, body in answers}
+        assert len(texts) == 1                    # one file, one greedy answer
+        # loaded on demand by the workers its requests reached (gunicorn spreads connections:
+        # usually both, not by rule)
+        pids = set(re.findall(r"\[(\d+)\] \[INFO\] reame.server: model twin ready", s.log()))
+        assert 1 <= len(pids) <= 2, s.log()
+        deadline = time.monotonic() + 10
+        while True:                               # the other worker's snapshot lands in <= 1 s
+            text = http("GET", s.url + "/metrics")[2].decode()
+            got = {m: sum(float(x.split()[-1]) for x in text.splitlines() if x.startswith(
+                f'reame_generation_tokens_total{{model_name="{m}"}}'))
+                for m in ("stories260K", "twin")}
+            if got == {"stories260K": 64, "twin": 64} or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        assert got == {"stories260K": 64, "twin": 64}, got
+    finally:
+        s.stop()

@@ -18,6 +18,7 @@ import numpy as np
 from .batch import Batch
 from .codegen import q8a, q8k
 from .codegen.ops.moe_route import route
+from .codegen.ops.rope import rope_angles
 from .config import ModelConfig
 from .kv_cache import DEFAULT_BLOCK_SIZE, DEFAULT_MAX_CTX, PagedKVCache
 from .model import Model
@@ -27,7 +28,7 @@ from .tensor_types import PROMPT_STEP
 @functools.lru_cache(maxsize=None)
 def _prompt_q8k(dtype: str) -> bool:
     from .codegen.isa import detect
-    from .jit.select import prompt_q8k
+    from .codegen.ops.matmul_q8k import prompt_q8k
     return prompt_q8k(dtype, detect())
 
 
@@ -48,33 +49,6 @@ def gelu(x: np.ndarray) -> np.ndarray:
 def softcap(x: np.ndarray, cap: float) -> np.ndarray:
     """cap * tanh(x / cap): Gemma 2's soft-capping of attention scores and logits (0: none)."""
     return cap * np.tanh(x / cap) if cap else x
-
-
-def rope_angles(c: ModelConfig, positions: np.ndarray, freq_factors=None):
-    """cos, sin [n, rope_dim/2] and the magnitude scale for each position (llama.cpp's rope_yarn)."""
-    half = c.rope_dim // 2
-    inv_freq = c.rope_theta ** (-np.arange(half, dtype=np.float64) * 2.0 / c.rope_dim)
-    if freq_factors is not None:
-        inv_freq = inv_freq / freq_factors.astype(np.float64)
-    theta_extrap = positions.astype(np.float64)[:, None] * inv_freq[None, :]
-    s, mscale = c.rope_scaling, 1.0
-    if s.type in ("linear", "yarn"):
-        theta = theta_extrap / s.factor                   # interpolation
-        if s.type == "yarn":
-            # blend interpolation and extrapolation per dimension pair (YaRN ramp)
-            def corr_dim(n_rot):
-                return c.rope_dim * math.log(s.orig_ctx / (n_rot * 2 * math.pi)) / (
-                    2 * math.log(c.rope_theta))
-            low = max(0.0, math.floor(corr_dim(s.beta_fast)))
-            high = min(c.rope_dim - 1.0, math.ceil(corr_dim(s.beta_slow)))
-            y = (np.arange(half) - low) / max(0.001, high - low)
-            ramp = (1.0 - np.clip(y, 0.0, 1.0)) * s.ext_factor
-            theta = theta * (1 - ramp) + theta_extrap * ramp
-            mscale = s.attn_factor * (1.0 + 0.1 * math.log(s.factor))
-    else:
-        theta = theta_extrap
-        mscale = s.attn_factor
-    return (np.cos(theta) * mscale).astype(np.float32), (np.sin(theta) * mscale).astype(np.float32)
 
 
 def softmax(x: np.ndarray) -> np.ndarray:
@@ -133,7 +107,7 @@ class ReferenceEngine:
 
     def act_format(self, name: str) -> str | None:
         """How the JIT rounds the activations that meet weight `name`: "q8k", "q8a" or None
-        (prompt chunks: by reame.jit.select.prompt_q8k at this machine's level, as a JIT engine
+        (prompt chunks: by codegen/ops/matmul_q8k.prompt_q8k at this machine's level, as a JIT engine
         with its default ISA decides)."""
         if (name in self.act_q8k and self.q8k_min_tokens is not None
                 and self._step_tokens >= self.q8k_min_tokens

@@ -28,6 +28,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+# the sampling kernel's numerics live in its op file (its reference); sampling draws with them
+from .codegen.ops.sample_temp import CDF_BLOCK, draw, weights  # noqa: F401
+
 
 @dataclass
 class SamplingParams:
@@ -78,58 +81,6 @@ class Sampled:
 def log_softmax(x: np.ndarray) -> np.ndarray:
     m = x.max()
     return x - (m + np.log(np.exp(x - m).sum()))
-
-
-CDF_BLOCK = 1024
-
-
-def draw(w: np.ndarray, u: float, block: int = CDF_BLOCK) -> int:
-    """Index i with probability w[i] / sum(w), for a uniform u in [0, 1): the inverse CDF in
-    two levels (block sums, then one block), since a cumulative sum over a whole 152k-token
-    vocabulary costs more than a millisecond. The reference of the native kernel
-    (codegen/ops/sample_temp.py), which does the same arithmetic."""
-    starts = np.arange(0, len(w), block)
-    blocks = np.cumsum(_block_sums(w, starts, block))
-    target = u * blocks[-1]
-    b = min(int(np.searchsorted(blocks, target, side="right")), len(blocks) - 1)
-    while b > 0 and blocks[b] == blocks[b - 1]:   # rounding at the end: never a zero block
-        b -= 1
-    if b > 0:
-        target -= blocks[b - 1]
-    inner = np.cumsum(w[starts[b]:starts[b] + block], dtype=np.float64)
-    j = min(int(np.searchsorted(inner, target, side="right")), len(inner) - 1)
-    while w[starts[b] + j] == 0 and j > 0:        # rounding at a block edge: never a zero weight
-        j -= 1
-    return int(starts[b] + j)
-
-
-def _block_sums(w: np.ndarray, starts: np.ndarray, block: int = CDF_BLOCK) -> np.ndarray:
-    """The sum of each `block`-long block of w (the last one may be shorter), in float64:
-    the whole blocks summed pairwise in float32 over a reshaped view (a few times faster than
-    a float64 reduceat; the relative error of a 1024-term pairwise sum of weights <= 1 is
-    ~1e-6, the probabilities' own float32 precision), the tail block alone."""
-    n = len(w) // block
-    head = np.add.reduce(w[:n * block].reshape(n, block), axis=1).astype(np.float64)
-    if n == len(starts):
-        return head
-    return np.concatenate([head, [np.add.reduce(w[n * block:], dtype=np.float64)]])
-
-
-def weights(x: np.ndarray, inv_t: np.float32, out: np.ndarray | None = None) -> np.ndarray:
-    """exp((x - max x) * inv_t) in float32 (inv_t = 1 / T as float32), each exponent clamped
-    at -80 (no subnormals: ~10x slower; the clamp only runs when the smallest exponent needs
-    it), 0 where x is -inf (a masked logit is never drawn), in place in `out` (a float32
-    buffer of x's length) when given. With `draw`, the reference of the native kernel."""
-    hi, lo = x.max(), x.min()
-    inv = np.float32(inv_t)
-    z = np.subtract(x, hi, out=out)
-    z *= inv
-    if not (lo - hi) * inv >= np.float32(-80.0):         # NaN included: clamp
-        np.maximum(z, np.float32(-80.0), out=z)
-    z = np.exp(z, out=z)
-    if lo == -np.inf:
-        z[x == -np.inf] = 0.0
-    return z
 
 
 def _weights(x: np.ndarray, temperature: float, out: np.ndarray | None = None) -> np.ndarray:

@@ -27,7 +27,7 @@ class TensorType:
     q8k_prompt: bool = False         # Q8K kernels in prompt-chunk steps too (>= PROMPT_STEP
     #                                  tokens; without them those steps take the float path)...
     prompt_families: tuple[str, ...] = ()   # ...or only at levels where matmul_q8k has one of
-    #                                  these families for the type (reame/jit/select.prompt_q8k)
+    #                                  these families for the type (codegen/ops/matmul_q8k.prompt_q8k)
 
     def row_bytes(self, n: int) -> int:
         """Bytes of one row of `n` elements (n must be a multiple of block_size)."""

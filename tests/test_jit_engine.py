@@ -12,7 +12,7 @@ from reame.batch import Batch
 from reame.codegen.registry import get_op
 from reame.dispatch import VariantRejected
 from reame.jit.engine import Q8K_MIN_TOKENS, JITEngine
-from reame.jit.select import prompt_q8k
+from reame.codegen.ops.matmul_q8k import prompt_q8k
 from reame.model import load_model
 from reame.reference import ReferenceEngine
 from reame.tensor_types import TENSOR_TYPES

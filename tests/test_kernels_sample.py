@@ -1,5 +1,5 @@
 """The sample_temp kernel (codegen/ops/sample_temp.py): plain temperature sampling of many rows,
-against its numpy reference (sampling.weights + sampling.draw) and against softmax(x / T) by
+against its numpy reference (weights + draw, codegen/ops/sample_temp.py) and against softmax(x / T) by
 chi-square; its edge cases (block edges, masked logits, NaN rows); and its use by
 reame.sampling (Sampler.sample and sample_rows draw with it, one uniform per token from each
 request's own generator, in order)."""
@@ -248,7 +248,8 @@ def test_sample_and_sample_rows_draw_the_same_tokens():
     x = (rng.standard_normal(v) * 2).astype(np.float32)
     t = 0.9
     w = weights(x, np.float32(1 / t))
-    blocks = np.cumsum(sampling._block_sums(w, np.arange(0, v, sampling.CDF_BLOCK)))
+    from reame.codegen.ops.sample_temp import _block_sums
+    blocks = np.cumsum(_block_sums(w, np.arange(0, v, sampling.CDF_BLOCK)))
     us = [float(c / blocks[-1]) for c in blocks[:-1]]
     ref = [draw(w, u) for u in us]
     fresh = lambda: Sampler(SamplingParams(temperature=t))

@@ -13,7 +13,8 @@ from conftest import shared_path
 from reame.batch import Batch
 from reame.config import RopeScaling
 from reame.model import load_model
-from reame.reference import ReferenceEngine, apply_rope, rope_angles
+from reame.codegen.ops.rope import rope_angles
+from reame.reference import ReferenceEngine, apply_rope
 
 
 def greedy(engine: ReferenceEngine, prompt: list[int], n: int, slot: int = 0):

@@ -153,3 +153,17 @@ OP = Op(
     example_dims={"M": 5632, "K": 2048, "acc": 0},
     doc="y[n, M] (+)= W[M, K] @ X[n, K]^T, K-quant weights x Q8K activations, integer dots",
 )
+
+
+def prompt_q8k(dtype: str, isa) -> bool:
+    """Whether prompt-chunk programs (>= PROMPT_STEP tokens) run weights of `dtype` on Q8K
+    (matmul_q8k) at this level: the type table's q8k_prompt types always; its prompt_families
+    types where this op has one of those families for them at this level (Q2_K, Q3_K,
+    IQ4_XS: the AMX tiles, AArch64's smmla tiles), else the float path. The JIT's
+    planning (reame/jit/select.py) and the reference engine (ReferenceEngine.act_format, at
+    the level a JIT engine would take by default) both ask here."""
+    t = TENSOR_TYPES[dtype]
+    if t.q8k_prompt:
+        return True
+    return any(v.family in t.prompt_families and dtype in v.dtypes and v.usable(isa)
+               for v in OP.variants)

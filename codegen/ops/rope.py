@@ -2,7 +2,7 @@
 
 args ("x", "pos", "cs", "n"): x f32 [n, H, D] rotated in place; pos i32 [n]; cs f32
 [n_ctx, R/2, 2], cs[p, i] = (cos, sin) of pair i at position p, which the engine fills from
-reame.reference.rope_angles (frequency factors, linear and YaRN scaling and YaRN's magnitude
+rope_angles below (frequency factors, linear and YaRN scaling and YaRN's magnitude
 scale are folded into the table, so the kernel is exact for all of them).
 dims ("H", "D", "R", "neox"): R <= D rotated dims (the leading ones; the rest stay as they are),
 neox=1 rotates pairs (i, i + R/2) (NeoX/Qwen), neox=0 adjacent pairs (2i, 2i+1) (Llama GGUF).
@@ -13,9 +13,40 @@ an absolute error of an ulp of |x|).
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from .base import Case, Op, Variant
+
+
+def rope_angles(c, positions: np.ndarray, freq_factors=None):
+    """cos, sin [n, rope_dim/2] and the magnitude scale for each position (llama.cpp's rope_yarn):
+    the angles the rope kernel reads, for a model config `c` (rope_dim, rope_theta,
+    rope_scaling). Both engines take them from here."""
+    half = c.rope_dim // 2
+    inv_freq = c.rope_theta ** (-np.arange(half, dtype=np.float64) * 2.0 / c.rope_dim)
+    if freq_factors is not None:
+        inv_freq = inv_freq / freq_factors.astype(np.float64)
+    theta_extrap = positions.astype(np.float64)[:, None] * inv_freq[None, :]
+    s, mscale = c.rope_scaling, 1.0
+    if s.type in ("linear", "yarn"):
+        theta = theta_extrap / s.factor                   # interpolation
+        if s.type == "yarn":
+            # blend interpolation and extrapolation per dimension pair (YaRN ramp)
+            def corr_dim(n_rot):
+                return c.rope_dim * math.log(s.orig_ctx / (n_rot * 2 * math.pi)) / (
+                    2 * math.log(c.rope_theta))
+            low = max(0.0, math.floor(corr_dim(s.beta_fast)))
+            high = min(c.rope_dim - 1.0, math.ceil(corr_dim(s.beta_slow)))
+            y = (np.arange(half) - low) / max(0.001, high - low)
+            ramp = (1.0 - np.clip(y, 0.0, 1.0)) * s.ext_factor
+            theta = theta * (1 - ramp) + theta_extrap * ramp
+            mscale = s.attn_factor * (1.0 + 0.1 * math.log(s.factor))
+    else:
+        theta = theta_extrap
+        mscale = s.attn_factor
+    return (np.cos(theta) * mscale).astype(np.float32), (np.sin(theta) * mscale).astype(np.float32)
 
 
 def _case(spec, rng, n):

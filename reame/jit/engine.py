@@ -24,7 +24,7 @@ from ..codegen.runtime import NativePool, shared_pool
 from ..dispatch import DispatchTable
 from ..kv_cache import DEFAULT_BLOCK_SIZE, PagedKVCache
 from ..model import Model
-from ..reference import rope_angles
+from ..codegen.ops.rope import rope_angles
 from .program import D, M, N, P as PROMPT_ROWS, Dyn, ProgramBuilder, StepProgram
 from ..tensor_types import PROMPT_STEP
 from .select import (Q8K_MIN_TOKENS, attn_precision, attn_prefill_spec, choose,  # noqa: F401

@@ -22,6 +22,7 @@ from ..codegen import registry
 from ..codegen.isa import ISA
 from ..codegen.panel_layout import PANEL_ROWS
 from ..codegen.spec import KernelSpec
+from ..codegen.ops.matmul_q8k import prompt_q8k
 from ..tensor_types import PROMPT_STEP, TENSOR_TYPES
 
 log = logging.getLogger("reame.jit")
@@ -77,20 +78,6 @@ def matmul_site(dtype: str, rows: int, K: int, n_tokens: int, isa: ISA, acc: int
         if q8a_ok and K % 32 == 0 and has_kernel("matmul_q8", dtype, isa):
             return Site(choose("matmul_q8", dtype, isa, tt, **dims), "q8a", "gguf")
     return Site(choose("matmul", dtype, isa, tt, **dims), None, "gguf")
-
-def prompt_q8k(dtype: str, isa: ISA) -> bool:
-    """Whether prompt-chunk programs (>= PROMPT_STEP tokens) run weights of `dtype` on Q8K
-    (matmul_q8k) at this level: the type table's q8k_prompt types always; its prompt_families
-    types where matmul_q8k has one of those families for them at this level (Q2_K, Q3_K,
-    IQ4_XS: the AMX tiles, AArch64's smmla tiles), else the float path. The reference engine
-    asks the same (ReferenceEngine.act_format, at the level a JIT engine would take by
-    default)."""
-    t = TENSOR_TYPES[dtype]
-    if t.q8k_prompt:
-        return True
-    return any(v.family in t.prompt_families and dtype in v.dtypes and v.usable(isa)
-               for v in registry.get_op("matmul_q8k").variants)
-
 
 # tile keys that count tokens per pass: nt (every matmul family's tokens per weight pass), nr
 # (the GEMM micro-kernel's tokens, BLAS's name), rb (attention's query rows per block)

@@ -99,7 +99,7 @@ def chunk_lever(eng, n_vocab, document, chunks) -> dict:
 
 def kernel_lever(eng, tuner, batch: Batch, classes: int, pairs: int) -> dict:
     """The hottest classes of the program serving `batch`; each candidate's step-time ratio."""
-    program = str(eng._bucket_of[len(batch.tokens)])
+    program = str(eng.program_of(len(batch.tokens)))
     eng.table.reset_stats()
     eng.sample_every = 1                                     # every step timed per slot
     try:

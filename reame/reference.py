@@ -78,6 +78,7 @@ class ReferenceEngine:
     in a pool of `kv_blocks` blocks (default: a whole context per slot)."""
 
     name = "reference"
+    kernel_plan = None              # numpy: no kernels to tune (reame/kernel_plan.py)
 
     def __init__(self, model: Model, n_ctx: int | None = None, max_seqs: int = 4,
                  kv_dtype: str = "f32", act_quant: bool = False,

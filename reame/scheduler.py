@@ -188,7 +188,7 @@ class Scheduler:
                                max_logits=getattr(engine, "max_logits", None))
         self.adaptive = adaptive
         if adaptive is not None:
-            adaptive.pool = self.planner.pool       # the prefix cache's counters, for the report
+            adaptive.pool = self.pool               # the prefix cache's counters, for the report
         self._cond = threading.Condition()
         self._inbox: list[Request] = []             # submitted, not yet seen (guarded by _cond)
         self._n_waiting = 0                         # sequences never admitted yet (_cond)
@@ -277,6 +277,11 @@ class Scheduler:
     def running(self) -> int:
         """Requests with a sequence holding KV blocks."""
         return len({id(s.owner) for s in list(self.planner.running)})
+
+    @property
+    def pool(self):
+        """The KV blocks' reame.kv_blocks.BlockPool (its counters: the metrics, the report)."""
+        return self.planner.pool
 
     @property
     def busy(self) -> bool:

@@ -590,19 +590,14 @@ def test_candidate_builds_run_at_the_lowest_priority_without_renicing_the_server
     tuner.build_nice = 19                               # the default
     tuner.exact = False
     tuner.table = SimpleNamespace(slots=[SimpleNamespace(kernel=None)])
-    tuner.engine = SimpleNamespace(kernels={}, isa=None)
-    cls = SimpleNamespace(slots=[0], tried={})
-    orig = tuner_mod.build
-    tuner_mod.build = build
-    try:
-        class Spec:                                     # hashable, as KernelSpecs are
-            def label(self):
-                return "fake"
+    tuner.plan = SimpleNamespace(kernel=lambda spec: build(spec, None))   # the KernelPlan
 
-        tuner._build_async(cls, Spec())
-        assert done.wait(30)
-    finally:
-        tuner_mod.build = orig
+    class Spec:                                         # hashable, as KernelSpecs are
+        def label(self):
+            return "fake"
+    cls = SimpleNamespace(slots=[0], tried={})
+    tuner._build_async(cls, Spec())
+    assert done.wait(30)
     assert seen["tuner"] == 19
 
 
@@ -632,7 +627,7 @@ def test_a_candidate_is_checked_at_each_slot_shape_of_its_class():
     tuner.build_nice, tuner.exact = 0, False
     tuner.table = SimpleNamespace(slots=slots, verify=verify)
     kern = SimpleNamespace(symbol="cand")
-    tuner.engine = SimpleNamespace(kernels={}, isa=None)
+    tuner.plan = SimpleNamespace(kernel=lambda spec: kern)          # the KernelPlan
     tuner.refused, tuner._lock, tuner._ready = 0, threading.Lock(), []
     tuner._event = lambda msg, level=None: None
     cls = SimpleNamespace(slots=[0, 1, 2], tried={}, key="rms_norm@4")
@@ -642,7 +637,6 @@ def test_a_candidate_is_checked_at_each_slot_shape_of_its_class():
             return "cand"
 
     spec = Spec()
-    tuner.engine.kernels[spec] = kern
     tuner._build_async(cls, spec)
     assert done.wait(30)
     for _ in range(100):

@@ -29,7 +29,7 @@ def only(tuner, cls, cands):
     for c in tuner.classes.values():
         c.candidates = []
     for k in cands:
-        tuner.engine.kernels[k.spec] = k
+        tuner.plan.kernels[k.spec] = k
     cls.candidates = [k.spec for k in cands]
     tuner.min_share = 0.0
 
@@ -37,7 +37,7 @@ def only(tuner, cls, cands):
 def test_kernel_lever_sees_a_slower_and_a_faster_candidate(eng):
     batch = Batch.build([5, 6, 7, 8], [3, 3, 3, 3], [0, 1, 2, 3])
     tuner = KernelTuner(eng)
-    program = str(eng._bucket_of[4])
+    program = str(eng.program_of(4))
     cls = next(c for c in tuner.classes.values() if c.program == program
                and c.op == "matmul_q8")
     real = eng.table.slots[cls.slots[0]].kernel

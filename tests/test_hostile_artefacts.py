@@ -138,8 +138,7 @@ def bit_identical_choice(rt):
         for sp in cls.candidates:
             if sp.family != live.spec.family:
                 continue
-            k = t.engine.kernels.get(sp) or build(sp, t.engine.isa)
-            t.engine.kernels[sp] = k
+            k = t.plan.kernel(sp)
             try:
                 for i in cls.slots:
                     t.table.same_bits(i, k, live)

@@ -61,3 +61,18 @@ def test_codegen_knows_only_the_type_table_and_errors_of_reame():
         outside = {n for n in reaches(got, "reame") if not n.startswith("reame.codegen")
                    and not any(n == a or n.startswith(a + ".") for a in allowed)}
         assert not outside, (str(path.relative_to(REPO)), outside)
+
+
+def test_the_adaptive_runtime_and_the_server_use_the_kernel_plan_not_engine_internals():
+    # catches: engine._bucket_of, engine.time_next = True, engine.table.stats[...] or
+    # hasattr(engine, "table") creeping back (the runtime and the server reached into the JIT
+    # engine this way before reame/kernel_plan.py; a change of the engine's insides broke
+    # them silently)
+    import re
+    banned = [r"\._bucket_of\b", r"\.time_next\b(?!_)", r"\bengine\.table\b",
+              r"\bengine\.kernels\b", r"\beng\.programs\b", r"hasattr\(\w*engine, \"table\"\)"]
+    for d in ("adaptive", "server"):
+        for path in sorted((REPO / "reame" / d).glob("*.py")):
+            text = path.read_text()
+            found = [b for b in banned if re.search(b, text)]
+            assert not found, (str(path.relative_to(REPO)), found)

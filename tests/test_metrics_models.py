@@ -35,9 +35,10 @@ class FakeService:
     def __init__(self, id, alive=True, queue_depth=0, running=0, preemptions=0, **pool):
         self.id = id
         self.speculator = self.adaptive = None
+        kv = Pool(**pool)
         self.scheduler = Namespace(alive=alive, queue_depth=queue_depth, running=running,
-                                   running_seqs=running, params=Namespace(max_batch=4),
-                                   planner=Namespace(pool=Pool(**pool), preemptions=preemptions))
+                                   running_seqs=running, params=Namespace(max_batch=4), pool=kv,
+                                   planner=Namespace(pool=kv, preemptions=preemptions))
 
 
 def models_of(parsed, name) -> dict:

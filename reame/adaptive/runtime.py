@@ -41,8 +41,10 @@ class AdaptiveRuntime:
         self.engine, self.params = engine, params
         self.enabled = enabled
         self.profile = RequestProfile()
-        self.tuner = (KernelTuner(engine, **{"exact": exact_kernels, **(tuner_options or {})})
-                      if hasattr(engine, "table") and hasattr(engine, "_bucket_of") else None)
+        # the engine's KernelPlan (reame/kernel_plan.py), None when its kernels cannot be tuned
+        self.plan = getattr(engine, "kernel_plan", None)
+        self.tuner = (KernelTuner(self.plan, **{"exact": exact_kernels, **(tuner_options or {})})
+                      if self.plan is not None else None)
         self.ident = store.identity(engine) if self.tuner is not None else None
         if self.ident is not None and served_as:
             self.ident["served_as"] = served_as
@@ -179,7 +181,7 @@ class AdaptiveRuntime:
         eng = self.engine
         pool = self.pool.n_blocks if self.pool is not None else eng.kv.n_blocks
         self._boot_sizes = [b for b in (1, 4, 8) if b <= min(eng.kv.max_seqs, pool)
-                            and b in eng.programs] or [1]
+                            and b in self.plan.buckets] or [1]
         import numpy as np
         self._boot_rng = np.random.default_rng(0)
         t = self.tuner
@@ -225,7 +227,7 @@ class AdaptiveRuntime:
         pos = min(16 + step % 48, eng.kv.n_ctx - 1)
         batch = Batch.decode(self._boot_rng.integers(0, eng.config.n_vocab, n), [pos] * n,
                              list(range(n)))
-        label = str(eng._bucket_of[n])
+        label = str(self.plan.program_of(n))
         undo = self._scratch_blocks(n, pos)
         # every synthetic step explores (no request pays for it); the steps of requests keep
         # the online share, and every trial keeps the online rules (the jitter budget ends a
@@ -235,9 +237,9 @@ class AdaptiveRuntime:
             timed = t.before_step(label)
             before = None
             if timed:
-                eng.time_next = True
+                self.plan.time_next_step()
                 slots = t.timed_slots()
-                before = float(eng.table.stats[slots, 1].sum()) if slots is not None else 0.0
+                before = self.plan.slot_cycles(slots) if slots is not None else 0.0
             eng.forward(batch)
             t.after_step(label, n, timed, before)
         finally:
@@ -321,7 +323,7 @@ class AdaptiveRuntime:
         while self.idle_step():
             if progress is not None and self.boot_steps % 32 == 0:
                 progress(min(1.0, self.boot_spent / self.boot_budget))
-        self.engine.table.commit()
+        self.plan.table.commit()
         if progress is not None:
             progress(1.0)
         return self.boot_report()
@@ -370,14 +372,13 @@ class AdaptiveRuntime:
         self._t_step = time.monotonic()
         if self.tuner is None:
             return
-        label = str(self.engine.program_for(plan.batch)[0])
+        label = str(self.plan.program_for(plan.batch)[0])
         self._label = label
         self._timed = self.tuner.before_step(label)
         if self._timed:
-            self.engine.time_next = True
+            self.plan.time_next_step()
             slots = self.tuner.timed_slots()
-            self._before = (float(self.engine.table.stats[slots, 1].sum())
-                            if slots is not None else 0.0)
+            self._before = self.plan.slot_cycles(slots) if slots is not None else 0.0
 
     def after_step(self, plan, n_sampled: int, running: int = 0, waiting: int = 0) -> None:
         """After the step's forward pass and sampling; `running` sequences hold a batch place
@@ -468,7 +469,7 @@ class AdaptiveRuntime:
             return False
         choices = {}
         for c in self.tuner.classes.values():
-            live = self.engine.table.slots[c.slots[0]].kernel.spec
+            live = self.plan.table.slots[c.slots[0]].kernel.spec
             if live != c.origin:
                 choices[c.key] = live
         sched = self._scheduler_state()

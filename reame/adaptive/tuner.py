@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..codegen import registry
-from ..codegen.kernels import Kernel, build
+from ..codegen.kernels import Kernel
 from ..codegen.runtime import cycle_hz
 from ..dispatch import VariantRejected
 from ..pace import background_priority
@@ -75,18 +75,20 @@ class Trial:
 
 
 class KernelTuner:
-    def __init__(self, engine, explore_share: float = 0.25, jitter: float = 0.3,
+    def __init__(self, plan, explore_share: float = 0.25, jitter: float = 0.3,
                  min_share: float = 0.02, min_gain: float = 0.02, confirm_after: int = 400,
                  like_sizes: float = 1.15, max_unlike: int = 400, build_nice: int = 19,
                  exact: bool = True):
-        """`build_nice`: the CPU priority of the thread that builds and checks candidates
+        """`plan`: the engine's reame.kernel_plan.KernelPlan (the JIT engine is its own).
+        `build_nice`: the CPU priority of the thread that builds and checks candidates
         (background_priority). `exact`: only variants whose outputs are bit-identical to the
         live variant's may go live (DispatchTable.same_bits): tuning then changes speed, never
         a computed bit, so outputs do not depend on what an earlier run learned or on which
         trial arm a step ran (another tile size, prefetch distance, unroll or vector length of
         the same arithmetic stays a candidate; another family, summation order or precision
         does not); False: any variant within the op's tolerance of the generic kernel."""
-        self.engine, self.table = engine, engine.table
+        # the engine's reame.kernel_plan.KernelPlan: its table, ISA and kernels
+        self.plan, self.table = plan, plan.table
         self.build_nice = build_nice
         self.exact = exact
         # a pair compares two steps only when their token counts are within like_sizes of
@@ -124,7 +126,7 @@ class KernelTuner:
                                                   origin=s.kernel.spec)
                 op = registry.get_op(s.kernel.spec.op)
                 dims = {d: s.kernel.spec.p[d] for d in op.dims if d in s.kernel.spec.p}
-                c.candidates = [sp for sp in op.specs(s.kernel.spec.dtype, self.engine.isa,
+                c.candidates = [sp for sp in op.specs(s.kernel.spec.dtype, self.plan.isa,
                                                       **dims) if sp != s.kernel.spec]
                 if self.exact:      # the live family's other tiles first: the likeliest to be
                     c.candidates.sort(key=lambda sp: sp.family != c.spec.family)  # bit-identical
@@ -240,8 +242,7 @@ class KernelTuner:
         def work():
             background_priority(self.build_nice)
             try:
-                k = self.engine.kernels.get(spec) or build(spec, self.engine.isa)
-                self.engine.kernels[spec] = k
+                k = self.plan.kernel(spec)
                 # every count each slot serves: slots of one class share a spec, not always
                 # their counts (a head-count factor, a program's edges) or slicing
                 shapes = set()
@@ -367,8 +368,7 @@ class KernelTuner:
             if cls is None:
                 continue
             try:
-                k = self.engine.kernels.get(spec) or build(spec, self.engine.isa)
-                self.engine.kernels[spec] = k
+                k = self.plan.kernel(spec)
                 live = self.table.slots[cls.slots[0]].kernel
                 for i in cls.slots:
                     if k.symbol not in self.table.slots[i].verified:

@@ -410,6 +410,29 @@ class JITEngine:
         self.pool.run(prog.program.words)
         return self.logits[:mrows].copy()
 
+    # ---- the KernelPlan (reame/kernel_plan.py): what the adaptive runtime reads and changes
+
+    @property
+    def kernel_plan(self) -> "JITEngine":
+        """This engine's kernels can be tuned: it is its own KernelPlan."""
+        return self
+
+    def program_of(self, n_tokens: int) -> int:
+        return self._bucket_of[n_tokens]
+
+    def time_next_step(self) -> None:
+        self.time_next = True
+
+    def slot_cycles(self, slots) -> float:
+        return float(self.table.stats[slots, 1].sum())
+
+    def kernel(self, spec):
+        k = self.kernels.get(spec)
+        if k is None:
+            from ..codegen.kernels import build
+            k = self.kernels[spec] = build(spec, self.isa)
+        return k
+
     def program_for(self, batch: Batch) -> tuple[int, int]:
         """(the program a step runs: its bucket, the step's decode rows). Batch.n_decode None
         (not said): a decode-sized program's rows decode, a prompt program's are prompt rows.

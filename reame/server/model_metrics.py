@@ -9,7 +9,7 @@ from .metrics import Metrics
 
 
 def _pool(s):
-    return s.scheduler.planner.pool
+    return s.scheduler.pool
 
 
 def _spec(key):

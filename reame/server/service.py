@@ -95,7 +95,7 @@ class ModelService:
         params = default_params(engine, max_waiting=config.queue_size,
                                 max_batch=min(config.batch_limits()[0], engine.kv.max_seqs))
         self.adaptive = None
-        if hasattr(engine, "table"):                # the JIT engine: kernels can be tuned
+        if getattr(engine, "kernel_plan", None) is not None:   # kernels that can be tuned
             from ..adaptive import AdaptiveRuntime
             self.adaptive = AdaptiveRuntime(engine, params, enabled=config.adaptive_mode == "on",
                                             state_dir=config.adaptive_dir,

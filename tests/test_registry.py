@@ -343,3 +343,18 @@ def test_a_registry_load_is_paced_and_restores_the_switch_interval():
     load(reg, "a")
     assert seen["pacer"] is not None and seen["interval"] < before
     assert sys.getswitchinterval() == before
+
+
+def test_the_several_models_settings_come_from_the_environment_too(tmp_path):
+    # catches: REAME_MODELS read as one spec (a path with ';'), REAME_KEEP_ALIVE not taking
+    # durations, under gunicorn (reame.wsgi:app) where flags do not exist
+    cfg = ServerConfig.from_env({"REAME_MODELS": "a=/m/x.gguf; b=/m/y.gguf,pooling=mean",
+                                 "REAME_KEEP_ALIVE": "5m", "REAME_MEMORY_BUDGET_MB": "100",
+                                 "REAME_MODELS_DIR": str(tmp_path)})
+    assert cfg.models == ("a=/m/x.gguf", "b=/m/y.gguf,pooling=mean")
+    assert cfg.keep_alive == 300 and cfg.memory_budget_mb == 100
+    assert cfg.models_dir == str(tmp_path)
+    with pytest.raises(ReameError, match="REAME_KEEP_ALIVE"):
+        ServerConfig.from_env({"REAME_KEEP_ALIVE": "soon"})
+    with pytest.raises(ReameError, match="no such directory"):
+        ServerConfig.from_env({"REAME_MODELS_DIR": str(tmp_path / "none")})

@@ -19,7 +19,6 @@ from .batch import Batch
 from .codegen import q8a, q8k
 from .codegen.ops.moe_route import route
 from .codegen.ops.rope import rope_angles
-from .config import ModelConfig
 from .kv_cache import DEFAULT_BLOCK_SIZE, DEFAULT_MAX_CTX, PagedKVCache
 from .model import Model
 from .tensor_types import PROMPT_STEP

@@ -16,7 +16,9 @@ def add_serve_command(subparsers) -> None:
                     "/v1/models, /v1/embeddings, /tokenize, /detokenize, /health, /metrics) with "
                     "gunicorn "
                     "threaded workers that read each request whole before a thread takes it. "
-                    "Each worker loads its own replica of the model after the fork.",
+                    "Each worker loads its own replica of the model after the fork; with "
+                    "several models (--model repeated, --models-dir) each is loaded on its "
+                    "first request under --memory-budget-mb (docs/server.md).",
         epilog="REAME_* environment variables (see docs/deploy.md) fill in the flags not given, "
                "except --engine and --kv-type.")
     p.add_argument("model", nargs="?", default=None,

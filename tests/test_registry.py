@@ -358,3 +358,13 @@ def test_the_several_models_settings_come_from_the_environment_too(tmp_path):
         ServerConfig.from_env({"REAME_KEEP_ALIVE": "soon"})
     with pytest.raises(ReameError, match="no such directory"):
         ServerConfig.from_env({"REAME_MODELS_DIR": str(tmp_path / "none")})
+
+
+def test_an_unknown_models_404_is_short_whatever_name_was_sent():
+    # catches: the 404 quoting the whole `model` a client sent (a 100 KB name came back as a
+    # 100 KB body), or listing every file of a large --models-dir
+    reg, _ = make({f"m{i}": 1 for i in range(50)}, budget=100)
+    with pytest.raises(APIError) as e:
+        reg.find("x" * 100_000)
+    assert e.value.status == 404 and len(e.value.message) < 1000
+    assert "x" * 64 + "..." in e.value.message and "30 more" in e.value.message

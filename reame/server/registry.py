@@ -70,6 +70,12 @@ class ModelEntry:
                    if self.load_seconds is not None else {})}
 
 
+def shown(name: str, limit: int = 64) -> str:
+    """A client's model name as an error quotes it: at most `limit` characters (an error is
+    short, never an echo of what was sent: issue 29)."""
+    return name if len(name) <= limit else name[:limit] + "..."
+
+
 def choose_victims(entries: list[ModelEntry], need: int, budget: int) -> list[ModelEntry] | None:
     """The models to unload so that one of `need` bytes fits the budget: none if it fits
     already; else the least recently used idle loaded models, as few as fit it; None when
@@ -131,9 +137,11 @@ class ModelRegistry:
             return self.default
         e = self._by_name.get(name)
         if e is None:
-            served = ", ".join(f"`{x.id}`" for x in self.entries)
-            raise APIError(404, f"The model `{name}` does not exist. This server serves "
-                           f"{served}.", "invalid_request_error", "model", "model_not_found")
+            served = ", ".join(f"`{x.id}`" for x in self.entries[:20])
+            more = f" and {len(self.entries) - 20} more" if len(self.entries) > 20 else ""
+            raise APIError(404, f"The model `{shown(name)}` does not exist. This server serves "
+                           f"{served}{more}.", "invalid_request_error", "model",
+                           "model_not_found")
         return e
 
     def acquire(self, name: str | None = None, keep_alive: float | None = None,

@@ -178,7 +178,8 @@ class ModelService:
 
     def check_model(self, name: str | None) -> None:
         if name is not None and name not in self.names:
-            raise APIError(404, f"The model `{name}` does not exist. This server serves "
+            from .registry import shown
+            raise APIError(404, f"The model `{shown(name)}` does not exist. This server serves "
                            f"`{self.id}`.", "invalid_request_error", "model", "model_not_found")
 
     # ---- prompts ----

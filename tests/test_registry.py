@@ -368,3 +368,16 @@ def test_an_unknown_models_404_is_short_whatever_name_was_sent():
         reg.find("x" * 100_000)
     assert e.value.status == 404 and len(e.value.message) < 1000
     assert "x" * 64 + "..." in e.value.message and "30 more" in e.value.message
+
+
+def test_a_request_waiting_for_memory_stops_waiting_when_its_client_leaves():
+    # catches: a request whose client went away holding its HTTP thread until the timeout
+    # (600 s by default) while it waits for a model that cannot be loaded yet: clients that
+    # connect, ask and leave would take every thread
+    reg, _ = make({"a": 100, "b": 100}, budget=150)
+    load(reg, "a").busy = True                      # a's request runs: b must wait for memory
+    gone = iter([True, True, False])
+    with pytest.raises(APIError) as e:
+        reg.acquire("b", timeout=None, connected=lambda: next(gone))
+    assert e.value.status == 499 and reg.find("b").leases == 0
+    assert state(reg) == {"a": "loaded", "b": "unloaded"}

@@ -381,7 +381,7 @@ class ServedModels:
         keep = take_keep_alive(req, body)
         service, release = self.registry.acquire(
             name, keep, timeout=self.config.request_timeout or None,
-            retry_after=self.config.retry_after)
+            retry_after=self.config.retry_after, connected=client_connected(req.env))
         releases = getattr(req.context, "model_releases", None)
         if releases is None:
             releases = req.context.model_releases = []

@@ -145,12 +145,13 @@ class ModelRegistry:
         return e
 
     def acquire(self, name: str | None = None, keep_alive: float | None = None,
-                timeout: float | None = None, retry_after: int = 1):
+                timeout: float | None = None, retry_after: int = 1, connected=None):
         """(the named model's service, `release(ok=True)`): the model is loaded first if it is
         not (waiting at most `timeout` seconds, else 503; 0: not waiting for a load already
         under way), and it is not unloaded until released (submit before that). `keep_alive`
         becomes the model's when the request is released ok (an invalid request changes
-        nothing)."""
+        nothing). `connected()`: False once the client has gone (it stops waiting for a load,
+        freeing its thread)."""
         e = self.find(name)
         with self._cond:
             e.leases += 1
@@ -167,7 +168,7 @@ class ModelRegistry:
                         e.keep_alive = keep_alive
                     self._cond.notify_all()
         try:
-            return self._ready(e, timeout, retry_after), release
+            return self._ready(e, timeout, retry_after, connected), release
         except BaseException:
             release(False)
             raise
@@ -192,7 +193,7 @@ class ModelRegistry:
                            {"Retry-After": str(retry_after)})
         return s
 
-    def _ready(self, e: ModelEntry, timeout: float | None, retry_after: int):
+    def _ready(self, e: ModelEntry, timeout: float | None, retry_after: int, connected=None):
         self.start()
         if e.loads == 0 and not self.several:
             timeout = 0     # one model's first load: 503 at once, as /health says (a proxy
@@ -211,6 +212,9 @@ class ModelRegistry:
                     if e.state == "loading":
                         continue
                 left = None if deadline is None else deadline - time.monotonic()
+                if connected is not None and not connected():
+                    raise APIError(499, f"The client left while `{e.id}` was loading.",
+                                   "invalid_request_error", None, "client_closed_request")
                 if left is not None and left <= 0:
                     why = ("is loading" if e.state == "loading" else
                            "waits for memory: the models holding it are busy")

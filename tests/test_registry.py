@@ -381,3 +381,14 @@ def test_a_request_waiting_for_memory_stops_waiting_when_its_client_leaves():
         reg.acquire("b", timeout=None, connected=lambda: next(gone))
     assert e.value.status == 499 and reg.find("b").leases == 0
     assert state(reg) == {"a": "loaded", "b": "unloaded"}
+
+
+def test_a_first_model_bigger_than_the_budget_makes_health_say_why():
+    # catches: a server whose first model can never fit saying "loading" on /health for ever
+    reg, _ = make({"big": 500, "small": 10}, budget=100)
+    reg._pid = None
+    reg.start = ModelRegistry.start.__get__(reg)
+    reg.start()
+    state_, error = reg.health()
+    assert state_ == "failed" and "500 MiB" in error and "100 MiB" in error
+    reg.stop()

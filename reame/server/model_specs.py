@@ -182,4 +182,10 @@ def server_registry(config: ServerConfig) -> ModelRegistry:
         served_as = e.id if paths.count(e.config.model) > 1 else None
         return build_service(engine, e.config, turns=turns, served_as=served_as)
 
-    return ModelRegistry(entries, build, default_budget(config), turns=turns)
+    budget = default_budget(config)
+    for e in entries:
+        if e.need > budget:
+            log.warning("model %s needs %.0f MiB and the memory budget is %.0f MiB: it will be "
+                        "refused (--memory-budget-mb, or a smaller kv-cache-mb / ctx-size for "
+                        "it)", e.id, e.need / 2**20, budget / 2**20)
+    return ModelRegistry(entries, build, budget, turns=turns)

@@ -324,8 +324,14 @@ class ModelRegistry:
             for e in self.entries:                # a forked copy: no thread came with it
                 if e.state in ("loading", "unloading"):
                     e.state = "unloaded"
-            if self.default.state == "unloaded" and self.default.need <= self.budget:
-                self._try_load(self.default)
+            d = self.default
+            if d.state == "unloaded" and d.need > self.budget:
+                # /health says failed, with the reason, rather than loading for ever
+                d.state, d.t_failed = "failed", self.clock()
+                d.error = (f"it needs {d.need / 2**20:.0f} MiB of memory and the budget is "
+                           f"{self.budget / 2**20:.0f} MiB (--memory-budget-mb)")
+            elif d.state == "unloaded":
+                self._try_load(d)
         self._reaper = threading.Thread(target=self._reap, name="reame-keepalive", daemon=True)
         self._reaper.start()
 

@@ -34,6 +34,7 @@ from .generate import Generation, Step
 from .planner import DONE as SEQ_DONE
 from .planner import Planner, SchedulerParams, Seq
 from .structured import GrammarError
+from .turns import Turns
 
 log = logging.getLogger("reame.scheduler")
 
@@ -176,7 +177,6 @@ class Scheduler:
         `speculator`: a reame.speculate.Speculator (None: no speculative decoding); `turns`: a
         reame.turns.Turns shared with the schedulers of the other models of this process (each
         forward pass is one turn on the CPU; None: this scheduler's own)."""
-        from .turns import Turns
         self.engine = engine
         self.turns = turns if turns is not None else Turns()
         self.params = params or default_params(engine, max_waiting=queue_size,

@@ -7,12 +7,12 @@ other). So a scheduler takes a turn around each forward pass (`Turns.turn`): one
 at a time, the CPU whole.
 
 Which model goes next is start-time fair queuing on engine seconds: each model has a virtual
-time, the engine seconds its steps took (divided by its weight); of the models waiting, the one
-with the least goes first. A model that comes back after being idle starts from the least
-virtual time of the models running (it does not bank the time it was idle), so with k models
-busy each gets at least 1/k of the engine time, give or take one step, whatever its steps cost:
-no model starves another, and a model whose steps are short (decode) runs many of them between
-two long steps (a prompt chunk, an embedding batch) of another.
+time, the engine seconds its steps took; of the models waiting, the one with the least goes
+first. A model that comes back after being idle (no step for IDLE_AFTER seconds) starts from
+the least virtual time of the models running (it does not bank the time it was idle), so with
+k models busy each gets at least 1/k of the engine time, give or take one step, whatever its
+steps cost: no model starves another, and a model whose steps are short (decode) runs many of
+them between two long steps (a prompt chunk, an embedding batch) of another.
 
 Background work (the start-up benchmark, computing saved prefixes) asks `may_idle` first: only
 when no other model has run a step for IDLE_AFTER seconds.
@@ -35,26 +35,23 @@ class Turns:
         self._t0 = 0.0
         self._waiting: dict = {}            # key -> arrival number (FIFO among equals)
         self._arrivals = 0
-        self.vtime: dict = {}               # key -> engine seconds / weight
-        self.used: dict = {}                # key -> engine seconds, for reports and tests
-        self._weight: dict = {}
+        self.vtime: dict = {}               # key -> engine seconds its turns took
         self._last_step: dict = {}          # key -> clock() at the end of its last turn
 
     # ---- a step's turn ----
 
     @contextmanager
-    def turn(self, key, weight: float = 1.0):
+    def turn(self, key):
         """Hold the CPU for one step of `key`'s model; yields the seconds it waited."""
-        waited = self.acquire(key, weight)
+        waited = self.acquire(key)
         try:
             yield waited
         finally:
             self.release(key)
 
-    def acquire(self, key, weight: float = 1.0) -> float:
+    def acquire(self, key) -> float:
         t = self.clock()
         with self._cond:
-            self._weight[key] = weight
             last = self._last_step.get(key)
             if last is None or t - last >= self.IDLE_AFTER:
                 # back from idle (or new): no credit for the time it did not use
@@ -77,8 +74,7 @@ class Turns:
                 raise RuntimeError(f"{key!r} releases a turn it does not hold")
             now = self.clock()
             spent = max(0.0, now - self._t0)
-            self.used[key] = self.used.get(key, 0.0) + spent
-            self.vtime[key] = self.vtime.get(key, 0.0) + spent / self._weight.get(key, 1.0)
+            self.vtime[key] = self.vtime.get(key, 0.0) + spent
             self._last_step[key] = now
             self._holder = None
             self._cond.notify_all()
@@ -102,6 +98,6 @@ class Turns:
     def forget(self, key) -> None:
         """`key`'s model is gone (unloaded): drop what is kept of it."""
         with self._cond:
-            for d in (self.vtime, self.used, self._weight, self._last_step):
+            for d in (self.vtime, self._last_step):
                 d.pop(key, None)
 

@@ -16,6 +16,7 @@ import time
 import falcon
 from gunicorn.http.errors import ParseException
 
+from ..turns import Turns
 from .config import ServerConfig
 from .messages_api import Messages
 from .messages_models import anthropic_error, is_messages_path
@@ -343,7 +344,6 @@ def single_registry(engine_or_factory, config: ServerConfig, tokenizer=None,
                     chat_template=None) -> ModelRegistry:
     """A registry of one model over an engine (its service built at once) or a zero-argument
     factory returning one (built in a background thread of the serving process)."""
-    from ..turns import Turns
     turns = Turns()
 
     def build(e=None) -> ModelService:
@@ -360,12 +360,7 @@ def single_registry(engine_or_factory, config: ServerConfig, tokenizer=None,
             pass
     registry = ModelRegistry([entry], build, 2**62, turns=turns)
     if not _is_factory(engine_or_factory):
-        service = build()
-        entry.service, entry.state, entry.loads = service, "loaded", 1
-        entry.names = service.names + [n for n in entry.names if n not in service.names]
-        entry.id = entry.names[0]
-        for n in entry.names:
-            registry._by_name.setdefault(n, entry)
+        registry.loaded_with(entry, build())
     return registry
 
 

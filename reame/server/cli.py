@@ -179,7 +179,6 @@ def cmd_serve(args) -> int:
         spec = parse_spec(text)
         if spec.name is None and not spec.options and first is None:
             first = os.path.abspath(resolve_model(text))   # a name: downloaded into the cache
-            _check_model(first)
         else:
             more.append(text)
     keep_alive = None
@@ -212,18 +211,11 @@ def cmd_serve(args) -> int:
         adaptive_report=args.adaptive_report, tpot_limit=args.tpot_limit, pin=pin,
         speculate=args.speculate, speculate_tokens=args.speculate_tokens,
         kernel_tuning=args.kernel_tuning)
-    from .model_specs import entries_of, specs_of
-    entries_of(config, specs_of(config))   # every file readable, names distinct: before forking
-    run(config, host=args.host, port=args.port, workers=args.workers,
+    from .model_specs import plan_models
+    # every file's header read once, here: a missing or unreadable file, two models with one
+    # name, fail fast before forking; the workers inherit the plan
+    planned = plan_models(config)
+    gc.collect()                        # the headers' mmaps, before the fork
+    run(config, host=args.host, port=args.port, workers=args.workers, planned=planned,
         http_threads=args.http_threads, log_level=args.log_level, access_log=args.access_log)
     return 0
-
-
-def _check_model(path: str) -> None:
-    """Fail fast, before forking workers, on a missing or unreadable GGUF file (header only)."""
-    from ..model import load_model
-    if not os.path.isfile(path):
-        raise ReameError(f"{path}: no such file")
-    model = load_model(path)             # parses the header and checks the tensors; no weights read
-    del model
-    gc.collect()

@@ -64,10 +64,12 @@ def _has_setting(name: str) -> bool:
 
 
 class ReameApplication(BaseApplication):
-    def __init__(self, config: ServerConfig, options: dict, owns_metrics_dir: bool = False):
+    def __init__(self, config: ServerConfig, options: dict, owns_metrics_dir: bool = False,
+                 planned=None):
         self.config = config
         self.options = options
         self.owns_metrics_dir = owns_metrics_dir
+        self.planned = planned          # model_specs.plan_models, done before the fork
         super().__init__(prog="reame serve")
 
     def load_config(self) -> None:
@@ -82,7 +84,8 @@ class ReameApplication(BaseApplication):
         from .app import create_app
         from .model_specs import server_registry
         logging.basicConfig(level=self.options.get("loglevel", "info").upper(), format=LOG_FORMAT)
-        app = create_app(config=self.config, registry=server_registry(self.config))
+        app = create_app(config=self.config,
+                         registry=server_registry(self.config, self.planned))
         app.reame.start()
         return app
 
@@ -128,13 +131,15 @@ def listen_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
-def run(config: ServerConfig, host: str = "127.0.0.1", port: int = 8000, **kw) -> None:
+def run(config: ServerConfig, host: str = "127.0.0.1", port: int = 8000, planned=None,
+        **kw) -> None:
     """Serve until SIGINT/SIGTERM on a socket bound first (listen_socket: ReameError when it
-    cannot be). Several workers share a metrics directory (see metrics.py)."""
+    cannot be). Several workers share a metrics directory (see metrics.py). `planned`:
+    model_specs.plan_models(config), made before the fork (else each worker makes it)."""
     options = gunicorn_options(config, host=host, port=port, **kw)
     options["bind"] = [f"fd://{listen_socket(host, port).detach()}"]
     owns = False
     if options["workers"] > 1 and not config.metrics_dir:
         config.metrics_dir = tempfile.mkdtemp(prefix="reame-metrics-")
         owns = True
-    ReameApplication(config, options, owns).run()
+    ReameApplication(config, options, owns, planned).run()

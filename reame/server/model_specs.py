@@ -161,11 +161,11 @@ def default_budget(config: ServerConfig) -> int:
     return int(available_memory() * MEMORY_SHARE) // max(1, config.workers)
 
 
-def server_registry(config: ServerConfig) -> ModelRegistry:
-    """The registry `reame serve` and reame.wsgi run: every configured model, built after the
-    fork by the engine factory on the process's shared compute threads."""
-    from ..turns import Turns
-    from .service import build_service, engine_factory
+def plan_models(config: ServerConfig) -> tuple[list[ModelEntry], int]:
+    """(an entry per configured model, the memory budget): every file's header read once,
+    ReameError when a model cannot be served at all. `reame serve` does it before forking
+    (the workers inherit it: no header is read again until a model loads); reame.wsgi in the
+    worker."""
     specs = specs_of(config)
     if not specs:
         raise ReameError("no model: pass MODEL.gguf to `reame serve` (or --model, "
@@ -173,6 +173,22 @@ def server_registry(config: ServerConfig) -> ModelRegistry:
     entries = entries_of(config, specs)
     if not entries:
         raise ReameError(f"no model to serve: {config.models_dir} has no readable .gguf file")
+    budget = default_budget(config)
+    for e in entries:
+        if e.need > budget:
+            log.warning("model %s needs %.0f MiB and the memory budget is %.0f MiB: it will be "
+                        "refused (--memory-budget-mb, or a smaller kv-cache-mb / ctx-size for "
+                        "it)", e.id, e.need / 2**20, budget / 2**20)
+    return entries, budget
+
+
+def server_registry(config: ServerConfig, planned=None) -> ModelRegistry:
+    """The registry `reame serve` and reame.wsgi run: every configured model (`planned`:
+    plan_models' result, else planned here), built after the fork by the engine factory on
+    the process's shared compute threads."""
+    from ..turns import Turns
+    from .service import build_service, engine_factory
+    entries, budget = planned or plan_models(config)
     turns = Turns()
     several = len(entries) > 1
     paths = [e.config.model for e in entries]
@@ -182,10 +198,4 @@ def server_registry(config: ServerConfig) -> ModelRegistry:
         served_as = e.id if paths.count(e.config.model) > 1 else None
         return build_service(engine, e.config, turns=turns, served_as=served_as)
 
-    budget = default_budget(config)
-    for e in entries:
-        if e.need > budget:
-            log.warning("model %s needs %.0f MiB and the memory budget is %.0f MiB: it will be "
-                        "refused (--memory-budget-mb, or a smaller kv-cache-mb / ctx-size for "
-                        "it)", e.id, e.need / 2**20, budget / 2**20)
     return ModelRegistry(entries, build, budget, turns=turns)

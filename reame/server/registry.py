@@ -260,19 +260,24 @@ class ModelRegistry:
                     self.clock()
                 self._cond.notify_all()
             return
+        self.loaded_with(e, service, time.monotonic() - t0)
+        log.info("model %s ready in %.1f s", e.id, e.load_seconds)
+
+    def loaded_with(self, e: ModelEntry, service, seconds: float | None = None) -> None:
+        """`e` is loaded: its service, and the names the service answers to (an engine given
+        without a file: the service's names are the entry's)."""
         with self._cond:
             e.service, e.state = service, "loaded"
             names = list(getattr(service, "names", ()))
-            if not e.config.model and names:    # an engine given, no file named: its names
+            if not e.config.model and names:
                 e.names, e.id = names + [n for n in e.names if n not in names], names[0]
             e.names += [n for n in names if n not in e.names]
             for n in e.names:
                 self._by_name.setdefault(n, e)
             e.loads += 1
-            e.load_seconds = time.monotonic() - t0
+            e.load_seconds = seconds
             e.last_used = self.clock()
             self._cond.notify_all()
-        log.info("model %s ready in %.1f s", e.id, e.load_seconds)
 
     def _unload(self, e: ModelEntry) -> None:
         """Stop its engine thread, save what it learned, drop its memory (state: unloaded)."""

@@ -450,6 +450,9 @@ def kv_plan(config: ServerConfig, model_config) -> tuple[int, int]:
                      config.workers)
 
 
+SPECULATOR_BYTES_PER_TOKEN = 200   # the speculator's index, per position kept (memory_need)
+
+
 class Footprint(NamedTuple):
     need: int           # bytes the model takes once loaded
     size: int           # bytes of its file
@@ -479,9 +482,6 @@ def memory_need(config: ServerConfig) -> Footprint:
     # docs/speculation.md)
     drafts = SPECULATOR_BYTES_PER_TOKEN * config.speculate_tokens if config.speculating else 0
     return Footprint(weights + kv + buffers + drafts, size, c.name)
-
-
-SPECULATOR_BYTES_PER_TOKEN = 200
 
 
 def engine_factory(config: ServerConfig, shared_pools: bool = False) -> Callable[[], object]:

@@ -15,6 +15,7 @@ import math
 
 import numpy as np
 
+from . import graph as graph_
 from .batch import Batch
 from .codegen import q8a, q8k
 from .codegen.ops.moe_route import route
@@ -82,8 +83,9 @@ class ReferenceEngine:
     def __init__(self, model: Model, n_ctx: int | None = None, max_seqs: int = 4,
                  kv_dtype: str = "f32", act_quant: bool = False,
                  q8k_min_tokens: int | None = None, block_size: int = DEFAULT_BLOCK_SIZE,
-                 kv_blocks: int | None = None):
+                 kv_blocks: int | None = None, graph: list | None = None):
         self.model, self.config = model, model.config
+        self.graph = graph if graph is not None else graph_.build(model.config)
         c = self.config
         self.kv = PagedKVCache(c.n_layer, max_seqs, c.n_head_kv,
                                n_ctx or min(c.n_ctx_train, DEFAULT_MAX_CTX), c.head_dim,
@@ -93,7 +95,6 @@ class ReferenceEngine:
         self.w = w
         self.out_name = "token_embd.weight" if c.tied_embeddings else "output.weight"
         self.freq_factors = model.rope_factors(self.n_ctx)
-        self.act = gelu if c.ffn_act == "gelu" else silu
         # act_quant: round the input of every quantised-weight product through Q8A, as the JIT's
         # integer-dot kernels (and llama.cpp's) do; the oracle for that path
         self.act_quant = {name for name, t in model.tensors.items()
@@ -129,66 +130,83 @@ class ReferenceEngine:
         return self.rounded(x, self.act_format(name)) @ self.w[name].T
 
     def forward(self, batch: Batch) -> np.ndarray:
-        """Logits [len(batch.logits_rows), n_vocab] for a batch of tokens (see Batch)."""
-        c, w, kv = self.config, self.w, self.kv
-        n = len(batch)
-        self._step_tokens = n                      # the JIT picks Q8A or Q8K by step size
-        pos, seq = batch.positions, batch.seq_ids
-        kv.check(pos, seq)
-        angles = {swa: rope_angles(c.rope_config(swa), pos, self.freq_factors)
-                  for swa in {c.is_swa(il) for il in range(c.n_layer)}}
-        scale = c.kq_scale                                            # 1/sqrt(head_dim) but Gemma's
+        """Logits [len(batch.logits_rows), n_vocab] for a batch of tokens (see Batch): the
+        model's graph (reame/graph.py), node by node, each op below in numpy."""
+        c = self.config
+        self._step_tokens = len(batch)             # the JIT picks Q8A or Q8K by step size
+        self.kv.check(batch.positions, batch.seq_ids)
+        self._angles = {swa: rope_angles(c.rope_config(swa), batch.positions, self.freq_factors)
+                        for swa in {c.is_swa(il) for il in range(c.n_layer)}}
+        env = {"tokens": batch.tokens, "pos": batch.positions}
+        for node in self.graph:
+            env[node.out] = getattr(self, "op_" + node.op)(node, env, batch)
+        self._last_x = env["x"]                                       # for final_hidden()
+        return env["logits"]                                          # [m, n_vocab]
 
-        x = w["token_embd.weight"][batch.tokens]                     # [n, n_embd]
-        if c.embd_scale != 1.0:                                       # Gemma: * sqrt(n_embd)
-            x = x * np.float32(c.embd_scale)
-        for il in range(c.n_layer):
-            p = f"blk.{il}."
-            cos, sin = angles[c.is_swa(il)]        # Gemma 3: windowed layers' own RoPE base
-            window = c.swa if c.is_swa(il) else 0
-            # ---- attention block ----
-            h = rms_norm(x, w[p + "attn_norm.weight"], c.rms_eps)     # [n, n_embd]
-            q = self.linear(h, p + "attn_q.weight")                   # [n, n_head * head_dim]
-            k = self.linear(h, p + "attn_k.weight")                   # [n, n_head_kv * head_dim]
-            v = self.linear(h, p + "attn_v.weight")                   # [n, n_head_kv * head_dim_v]
-            if c.qkv_bias:
-                q, k, v = q + w[p + "attn_q.bias"], k + w[p + "attn_k.bias"], v + w[p + "attn_v.bias"]
-            q = q.reshape(n, c.n_head, c.head_dim)
-            k = k.reshape(n, c.n_head_kv, c.head_dim)
-            v = v.reshape(n, c.n_head_kv, c.head_dim_v)
-            if c.qk_norm:                                             # Qwen3: per-head RMSNorm
-                q = rms_norm(q, w[p + "attn_q_norm.weight"], c.rms_eps)
-                k = rms_norm(k, w[p + "attn_k_norm.weight"], c.rms_eps)
-            q = apply_rope(q, cos, sin, c.rope_dim, c.rope_neox)
-            k = apply_rope(k, cos, sin, c.rope_dim, c.rope_neox)
-            kv.store(il, seq, pos, k, v)                              # cache first: causal self-attention
-            att = np.empty((n, c.n_head, c.head_dim_v), dtype=np.float32)
-            for i in range(n):                                        # each token over its own prefix
-                keys, vals = kv.prefix(il, seq[i], pos[i] + 1)        # [n_head_kv, T, d]
-                if window:                                            # sliding window: the last
-                    keys, vals = keys[:, -window:], vals[:, -window:]  # `window` positions
-                for hq in range(c.n_head):
-                    hk = hq // c.n_gqa                                # grouped-query: shared kv head
-                    s = softcap(keys[hk] @ q[i, hq] * scale, c.attn_softcap)   # [T]
-                    s = np.exp(s - s.max())
-                    att[i, hq] = (s / s.sum()) @ vals[hk]
-            o = self.linear(att.reshape(n, -1), p + "attn_output.weight")
-            if c.post_norms:                                          # Gemma: norm, then residual
-                o = rms_norm(o, w[p + "post_attention_norm.weight"], c.rms_eps)
-            x = x + o
-            # ---- feed-forward block (SwiGLU; Gemma: GeGLU) ----
-            h = rms_norm(x, w[p + "ffn_norm.weight"], c.rms_eps)
-            if c.n_expert:
-                x = x + self.moe(h, p)
-                continue
-            g = self.act(self.linear(h, p + "ffn_gate.weight")) * self.linear(h, p + "ffn_up.weight")
-            o = self.linear(g, p + "ffn_down.weight")                 # g: [n, n_ff]
-            if c.post_norms:
-                o = rms_norm(o, w[p + "post_ffw_norm.weight"], c.rms_eps)
-            x = x + o
-        self._last_x = x                                              # for final_hidden()
-        x = rms_norm(x[batch.logits_rows], w["output_norm.weight"], c.rms_eps)
-        return softcap(self.linear(x, self.out_name), c.final_softcap)   # [m, n_vocab]
+    # ---- the graph's ops (reame/graph.OPS); activations are [tokens, width] float32
+
+    def op_embed(self, node, env, batch):
+        x = self.w[node.weight][env["tokens"]]                        # [n, n_embd]
+        scale = node.attr("scale")                                    # Gemma: * sqrt(n_embd)
+        return x * np.float32(scale) if scale else x
+
+    def op_rms_norm(self, node, env, batch):
+        x = env[node.ins[0]]
+        heads = node.attr("heads")                                    # Qwen3's q/k: per head
+        y = rms_norm(x.reshape(len(x), heads, -1), self.w[node.weight], node.attr("eps"))
+        return y.reshape(len(x), -1)
+
+    def op_linear(self, node, env, batch):
+        y = self.linear(env[node.ins[0]], node.weight)
+        return env[node.out] + y if node.attr("acc") else y
+
+    def op_add(self, node, env, batch):
+        a = env[node.ins[0]]
+        return a + (self.w[node.weight] if node.weight else env[node.ins[1]])
+
+    def op_rope(self, node, env, batch):
+        c, x = self.config, env[node.ins[0]]
+        cos, sin = self._angles[node.attr("swa")]
+        y = apply_rope(x.reshape(len(x), node.attr("heads"), -1), cos, sin, c.rope_dim,
+                       c.rope_neox)
+        return y.reshape(len(x), -1)
+
+    def op_store_kv(self, node, env, batch):
+        c, n = self.config, len(batch)
+        k = env["k"].reshape(n, c.n_head_kv, c.head_dim)
+        v = env["v"].reshape(n, c.n_head_kv, c.head_dim_v)
+        self.kv.store(node.layer, batch.seq_ids, batch.positions, k, v)   # cache first: causal
+        return None
+
+    def op_attention(self, node, env, batch):
+        """Each token over its own prefix; grouped-query heads share a KV head; a sliding
+        window keeps the last `window` positions."""
+        c, n = self.config, len(batch)
+        pos, seq, window = batch.positions, batch.seq_ids, node.attr("window")
+        q = env["q"].reshape(n, c.n_head, c.head_dim)
+        att = np.empty((n, c.n_head, c.head_dim_v), dtype=np.float32)
+        for i in range(n):
+            keys, vals = self.kv.prefix(node.layer, seq[i], pos[i] + 1)   # [n_head_kv, T, d]
+            if window:
+                keys, vals = keys[:, -window:], vals[:, -window:]
+            for hq in range(c.n_head):
+                hk = hq // c.n_gqa
+                s = softcap(keys[hk] @ q[i, hq] * c.kq_scale, c.attn_softcap)   # [T]
+                s = np.exp(s - s.max())
+                att[i, hq] = (s / s.sum()) @ vals[hk]
+        return att.reshape(n, -1)
+
+    def op_glu(self, node, env, batch):
+        return (gelu if node.attr("act") == "gelu" else silu)(env["g"]) * env["u"]
+
+    def op_moe(self, node, env, batch):
+        return env["x"] + self.moe(env["h"], f"blk.{node.layer}.")
+
+    def op_rows(self, node, env, batch):
+        return env[node.ins[0]][batch.logits_rows]
+
+    def op_softcap(self, node, env, batch):
+        return softcap(env[node.ins[0]], node.attr("cap"))
 
     def moe(self, h: np.ndarray, p: str) -> np.ndarray:
         """Mixture-of-experts FFN: each token's n_expert_used experts by the softmax of the

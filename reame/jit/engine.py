@@ -25,10 +25,11 @@ from ..dispatch import DispatchTable
 from ..kv_cache import DEFAULT_BLOCK_SIZE, PagedKVCache
 from ..model import Model
 from ..codegen.ops.rope import rope_angles
-from .program import D, M, N, P as PROMPT_ROWS, Dyn, ProgramBuilder, StepProgram
+from .. import graph as graph_
 from ..tensor_types import PROMPT_STEP
-from .select import (Q8K_MIN_TOKENS, attn_precision, attn_prefill_spec, choose,  # noqa: F401
-                     matmul_site)                           # (Q8K_MIN_TOKENS: re-exported)
+from .plan import plan_step
+from .program import ProgramBuilder, StepProgram
+from .select import Q8K_MIN_TOKENS, attn_precision   # noqa: F401 (Q8K_MIN_TOKENS: re-exported)
 
 log = logging.getLogger("reame.jit")
 
@@ -37,14 +38,16 @@ MAX_BATCH_TOKENS = 512      # tokens per step (prefill chunk); larger prompts ar
 BUCKETS = (1, 4, 8, 16)     # step sizes with their own program (plus one up to the chunk size)
 assert BUCKETS[-1] + 1 == PROMPT_STEP   # the prompt-chunk rule of the type table (and reference)
 # Which kernel, activations and weight layout serve each matmul site: select.matmul_site, from
-# the type table's traits (reame/tensor_types.py: int_dot, q8k, row_panel) and Q8K_MIN_TOKENS.
-# The 8-bit activation copies a site may read: format -> (the op making it, its row bytes)
-ACT_COPIES = {"q8a": ("quantize_q8", q8a.row_stride), "q8k": ("quantize_q8k", q8k.row_stride)}
+# the type table's traits (reame/tensor_types.py: int_dot, q8k, row_panel) and Q8K_MIN_TOKENS,
+# for every node of the model's graph (reame/graph.py) in one planning pass (plan.py).
+# The buffers a step program works in (see _alloc), by their names in the graph
+BUFFERS = ("tokens", "pos", "seq", "rows", "x", "h", "q", "k", "v", "att", "o", "g", "u",
+           "router", "xg", "eg", "eu", "ed", "epos", "ewgt", "xgq", "egq", "ys", "sg", "xo", "ho",
+           "logits")
 
 
 class JITEngine:
     name = "jit"
-    q8k_sources = ("h", "att", "g", "ho")     # producers whose K-quant consumers may read Q8K
 
     def __init__(self, model: Model, n_ctx: int, max_seqs: int = 4, kv_dtype: str = "f32",
                  threads: int | None = None, max_batch_tokens: int = MAX_BATCH_TOKENS,
@@ -52,7 +55,8 @@ class JITEngine:
                  q8k_min_tokens: int | None = Q8K_MIN_TOKENS,
                  block_size: int = DEFAULT_BLOCK_SIZE, kv_blocks: int | None = None,
                  row_panels: bool = True, cpus: list[int] | None = None,
-                 attn_type: str = "auto", shared_pools: bool = False):
+                 attn_type: str = "auto", shared_pools: bool = False,
+                 graph: list | None = None):
         """`cpus`: pin compute thread i to cpus[i] (reame/topology.py); None: threads float.
         `attn_type`: the attention of prompt rows: "f32", or "bf16" on AMX-BF16 tiles
         (select.attn_prefill_spec; without AMX a warning is logged and attention stays f32), or
@@ -64,8 +68,9 @@ class JITEngine:
         docs/speculation.md). "invariant": every row on attn_decode, prompts included
         (reame.engines.ATTN_TYPES). `shared_pools`: run on the process's pool of this many
         compute threads (codegen.runtime.shared_pool, for several models whose steps take turns)
-        instead of a pool of its own."""
+        instead of a pool of its own. `graph`: the step's nodes (default: reame/graph.build)."""
         self.model, self.config = model, model.config
+        self.graph = graph if graph is not None else graph_.build(model.config)
         c = self.config
         self.isa = isa or detect()
         self.attn_type = attn_precision(attn_type, self.isa, int_dot)
@@ -103,6 +108,7 @@ class JITEngine:
         self.panel_weights: dict[str, np.ndarray] = {}   # repacked copies, by tensor name
         self._alloc()
         self.programs: dict[int, StepProgram] = {}
+        self.plans: dict = {}                  # bucket -> plan.StepPlan (what each site runs)
         with progress.task("compiling kernels and repacking weights", total=len(self.buckets),
                            unit="step programs") as task:
             for b in self.buckets:
@@ -118,7 +124,6 @@ class JITEngine:
     def _alloc(self) -> None:
         c, T, L = self.config, self.max_tokens, self.max_logits
         f32 = lambda *shape: np.zeros(shape, np.float32)   # noqa: E731
-        q8 = lambda k: np.zeros((T, q8a.row_stride(k)), np.uint8) if k % 32 == 0 else None  # noqa
         qd, kvd, vd = c.n_head * c.head_dim, c.n_head_kv * c.head_dim, c.n_head_kv * c.head_dim_v
         self.tokens = np.zeros(T, np.int32)          # [T]  token ids of the step
         self.pos = np.zeros(T, np.int32)             # [T]  their positions
@@ -131,7 +136,7 @@ class JITEngine:
         self.o = f32(T, c.n_embd) if c.post_norms else None   # a block's output (Gemma: normed)
         F = max(c.n_ff, c.n_ff_shexp)
         self.g, self.u = f32(T, F), f32(T, F)        # FFN gate / up (g becomes silu(g)*u)
-        if c.n_expert:                               # mixture of experts (see _moe)
+        if c.n_expert:                               # mixture of experts (plan_moe.py)
             E, NU, FE = c.n_expert, c.n_expert_used, c.n_ff_exp
             self.router = f32(T, E)                  # router logits, then probabilities
             self.xg = f32(T * NU, c.n_embd)          # FFN inputs gathered by expert
@@ -147,16 +152,16 @@ class JITEngine:
             self.ys, self.sg = f32(T, c.n_embd), f32(T)   # shared expert: output, gate logit
         self.xo, self.ho = f32(L, c.n_embd), f32(L, c.n_embd)   # rows gathered for the head
         self.logits = f32(L, c.n_vocab)
-        self.qbuf = {}                               # Q8A copies of activations, by source
-        for name, k in (("h", c.n_embd), ("att", c.n_head * c.head_dim_v), ("g", F)):
-            self.qbuf[name] = q8(k)
-        self.qbuf["ho"] = (np.zeros((L, q8a.row_stride(c.n_embd)), np.uint8)
-                           if c.n_embd % 32 == 0 else None)
-        self.kbuf = {}                               # Q8K copies (K-quant weights), by source
+        # the 8-bit copies of activations products may read ("h:q8a": Q8A rows of h; ":q8k":
+        # Q8K rows, for K-quant weights), None where the width does not divide into blocks
+        self.copies = {}
         for name, k, rows in (("h", c.n_embd, T), ("att", c.n_head * c.head_dim_v, T),
                               ("g", F, T), ("ho", c.n_embd, L)):
-            self.kbuf[name] = (np.zeros((rows, q8k.row_stride(k)), np.uint8)
-                               if self.q8k_min_tokens is not None and k % 256 == 0 else None)
+            self.copies[name + ":q8a"] = (np.zeros((rows, q8a.row_stride(k)), np.uint8)
+                                          if k % 32 == 0 else None)
+            self.copies[name + ":q8k"] = (np.zeros((rows, q8k.row_stride(k)), np.uint8)
+                                          if self.q8k_min_tokens is not None and k % 256 == 0
+                                          else None)
         self.rope_cs = {}                            # cos/sin tables: global layers, windowed ones
         for swa in {c.is_swa(il) for il in range(c.n_layer)}:
             cos, sin = rope_angles(c.rope_config(swa), np.arange(self.n_ctx),
@@ -166,224 +171,25 @@ class JITEngine:
         for name, t in self.model.tensors.items():
             if len(t.shape) == 1:
                 self.small[name] = np.ascontiguousarray(t.dequantize(), np.float32)
+        # the step's buffers by their names in the graph (reame/graph.py)
+        self.buffers = {name: a for name, a in vars(self).items()
+                        if isinstance(a, np.ndarray) and name in BUFFERS}
 
     # ------------------------------------------------------------------ the forward pass
     def _build(self, bucket: int) -> StepProgram:
-        """The program for steps of up to `bucket` tokens (op sites named `<site>@<bucket>`)."""
-        c, isa, m = self.config, self.isa, self.model
+        """The program for steps of up to `bucket` tokens (op sites named `<site>@<bucket>`):
+        the graph's plan (plan.py) laid out over the dispatch table."""
         lo = max([b for b in self.buckets if b < bucket], default=0) + 1
-        head = min(bucket, self.max_seqs)          # rows needing logits: ~ one per sequence
-        P = ProgramBuilder(self.table, self.kernels, str(bucket), isa,
+        plan = self.plans[bucket] = plan_step(self.graph, bucket, self)
+        P = ProgramBuilder(self.table, self.kernels, str(bucket), self.isa,
                            ranges={"n": (lo, bucket), "m": (1, min(bucket, self.max_logits)),
                                    "d": (1, bucket), "p": (1, bucket)})
-        W = lambda name: m.tensor(name).data         # noqa: E731  raw GGUF bytes (mmap)
-        S = self.small
-
-        def linear(site, x, xname, y, n, quantized: set, acc=0, bucket=bucket):
-            """y (+)= x @ W^T for the weight `site`, run as select.matmul_site decides; an
-            8-bit copy of x is made once per producer and format (`quantized` names those
-            already made)."""
-            t = m.tensor(site)
-            K, Mo = t.shape[0], t.n_rows
-            plan = matmul_site(t.type.name, Mo, K, bucket, isa, acc, int_dot=self.int_dot,
-                               q8k_min_tokens=self.q8k_min_tokens,
-                               q8a_ok=self.qbuf.get(xname) is not None,
-                               q8k_ok=(self.kbuf.get(xname) is not None
-                                       and xname in self.q8k_sources),
-                               row_panel=self.row_panels)
-            w = self._repacked(t) if plan.layout == "row_panel" else W(site)
-            if plan.act is None:
-                P.op(site, plan.spec, w=w, x=x, y=y, n=n)
-                return
-            xq = (self.kbuf if plan.act == "q8k" else self.qbuf)[xname]
-            key = xname + (":q8k" if plan.act == "q8k" else "")
-            if key not in quantized:
-                qop = ACT_COPIES[plan.act][0]
-                P.op(f"{'quantize' if plan.act == 'q8a' else qop}.{site}",
-                     choose(qop, "F32", isa, bucket, K=K), x=x, xq=xq, n=n)
-                quantized.add(key)
-            P.op(site, plan.spec, w=w, xq=xq, y=y, n=n)
-
-        def spec(op, **dims):
-            return choose(op, "F32", isa, bucket, **dims)
-
-        def post_norm(name):
-            """x += RMSNorm(o) with the weight `name` (Gemma's norm of a block's output)."""
-            P.op(name, spec("rms_norm", K=c.n_embd, eps=c.rms_eps), x=self.o,
-                 w=S[name + ".weight"], y=self.o, n=N)
-            P.op(name + ".add", spec("add", K=c.n_embd, bcast=0), a=self.x, b=self.o, y=self.x,
-                 n=N)
-
-        hd, hdv, H, Hkv = c.head_dim, c.head_dim_v, c.n_head, c.n_head_kv
-        BS = self.kv.block_size
-        C = self.kv.table_ctx
-        attn_dims = dict(H=H, Hkv=Hkv, D=hd, Dv=hdv, C=C, BS=BS, kv=self.kv_dtype,
-                         scale=float(c.kq_scale))
-        if c.attn_softcap:                           # Gemma 2 (absent otherwise: same kernels)
-            attn_dims["softcap"] = float(c.attn_softcap)
-        # the one-token program has no prompt-row attention: a one-token step with a prompt row
-        # runs the next program (forward), so decode alone pays no empty op per layer
-        split = self.split_attention and bucket > 1
-        emb = m.tensor("token_embd.weight")
-        moe = []                                     # (router blocks, expert ops) per layer
-
-        # x = token_embd[tokens]
-        embd_scale = {"scale": c.embd_scale} if c.embd_scale != 1.0 else {}   # Gemma: sqrt(n_embd)
-        P.op("token_embd", choose("get_rows", emb.type.name, isa, bucket, K=c.n_embd,
-                                  **embd_scale),
-             w=W("token_embd.weight"), ids=self.tokens, y=self.x, n=N)
-        act = {"act": c.ffn_act} if c.ffn_act != "silu" else {}                # Gemma: GeGLU
-        for il in range(c.n_layer):
-            b = f"blk.{il}."
-            fresh: set = set()                          # Q8A / Q8K buffers made this block
-            # ---- attention: h = RMSNorm(x); q, k, v = h Wq, h Wk, h Wv
-            P.op(b + "attn_norm", spec("rms_norm", K=c.n_embd, eps=c.rms_eps),
-                 x=self.x, w=S[b + "attn_norm.weight"], y=self.h, n=N)
-            linear(b + "attn_q.weight", self.h, "h", self.q, N, fresh)
-            P.no_barrier_before_next()
-            linear(b + "attn_k.weight", self.h, "h", self.k, N, fresh)
-            P.no_barrier_before_next()
-            linear(b + "attn_v.weight", self.h, "h", self.v, N, fresh)
-            if c.qkv_bias:                                       # Qwen2: + biases
-                for name, buf, width in (("q", self.q, H * hd), ("k", self.k, Hkv * hd),
-                                         ("v", self.v, Hkv * hdv)):
-                    P.op(f"{b}attn_{name}.bias", spec("add", K=width, bcast=1),
-                         a=buf, b=S[f"{b}attn_{name}.bias"], y=buf, n=N, barrier=False)
-                P.barrier_after_last()
-            if c.qk_norm:                                        # Qwen3: per-head RMSNorm
-                P.op(b + "attn_q_norm", spec("rms_norm", K=hd, eps=c.rms_eps),
-                     x=self.q, w=S[b + "attn_q_norm.weight"], y=self.q, n=N * H, barrier=False)
-                P.op(b + "attn_k_norm", spec("rms_norm", K=hd, eps=c.rms_eps),
-                     x=self.k, w=S[b + "attn_k_norm.weight"], y=self.k, n=N * Hkv)
-            # ---- RoPE on q and k, then k, v into the cache
-            rope = dict(D=hd, R=c.rope_dim, neox=int(c.rope_neox))
-            cs = self.rope_cs[c.is_swa(il)]
-            P.op(b + "rope_q", spec("rope", H=H, **rope), x=self.q, pos=self.pos,
-                 cs=cs, n=N, barrier=False)
-            P.op(b + "rope_k", spec("rope", H=Hkv, **rope), x=self.k, pos=self.pos,
-                 cs=cs, n=N)
-            kc, vc, bt = self.kv.k[il], self.kv.v[il], self.kv.tables
-            P.op(b + "store_kv", spec("store_kv", Hkv=Hkv, D=hd, Dv=hdv, C=C, BS=BS,
-                                      kv=self.kv_dtype),
-                 k=self.k, v=self.v, kc=kc, vc=vc, pos=self.pos, seq=self.seq, bt=bt, n=N)
-            # ---- attention over each token's prefix (through the block table); x += att Wo
-            window = {"swa": c.swa} if c.is_swa(il) else {}   # sliding-window layer (Gemma)
-            P.op(b + "attn", spec("attn_decode", **attn_dims, **window), q=self.q, kc=kc,
-                 vc=vc, out=self.att, pos=self.pos, seq=self.seq, bt=bt, n=D if split else N)
-            if split:      # prompt rows (after the decode rows): the prompt kernel, every program
-                P.no_barrier_before_next()
-                rows = {a: Dyn("d", arr.strides[0], arr)
-                        for a, arr in (("q", self.q), ("out", self.att), ("pos", self.pos),
-                                       ("seq", self.seq))}
-                P.op(b + "attn_prompt", attn_prefill_spec(self.attn_type, isa,
-                                                          max(bucket, PROMPT_STEP), **attn_dims,
-                                                          **window),
-                     kc=kc, vc=vc, bt=bt, n=PROMPT_ROWS, **rows)
-            if c.post_norms:                         # Gemma: x += RMSNorm(att Wo)
-                linear(b + "attn_output.weight", self.att, "att", self.o, N, fresh)
-                post_norm(b + "post_attention_norm")
-            else:
-                linear(b + "attn_output.weight", self.att, "att", self.x, N, fresh, acc=1)
-            # ---- feed-forward: x += (silu(h Wg) * (h Wu)) Wd, h = RMSNorm(x)
-            P.op(b + "ffn_norm", spec("rms_norm", K=c.n_embd, eps=c.rms_eps),
-                 x=self.x, w=S[b + "ffn_norm.weight"], y=self.h, n=N)
-            fresh.difference_update(("h", "h:q8k"))
-            if c.n_expert:
-                moe.append(self._moe(P, b, bucket, linear, spec, fresh))
-                continue
-            linear(b + "ffn_gate.weight", self.h, "h", self.g, N, fresh)
-            P.no_barrier_before_next()
-            linear(b + "ffn_up.weight", self.h, "h", self.u, N, fresh)
-            P.op(b + "ffn_swiglu", spec("swiglu", F=c.n_ff, **act), g=self.g, u=self.u, y=self.g,
-                 n=N)
-            if c.post_norms:                         # Gemma: x += RMSNorm(g Wd)
-                linear(b + "ffn_down.weight", self.g, "g", self.o, N, fresh)
-                post_norm(b + "post_ffw_norm")
-            else:
-                linear(b + "ffn_down.weight", self.g, "g", self.x, N, fresh, acc=1)
-        # ---- output head over the rows that need logits
-        P.op("output_rows", choose("get_rows", "F32", isa, head, K=c.n_embd),
-             w=self.x, ids=self.rows, y=self.xo, n=M)
-        P.op("output_norm", spec("rms_norm", K=c.n_embd, eps=c.rms_eps),
-             x=self.xo, w=S["output_norm.weight"], y=self.ho, n=M)
-        out_name = "token_embd.weight" if c.tied_embeddings else "output.weight"
-        linear(out_name, self.ho, "ho", self.logits, M, set(), bucket=head)
-        if c.final_softcap:                          # Gemma 2: logits = c tanh(logits / c)
-            P.op("output_softcap", choose("softcap", "F32", isa, head, K=c.n_vocab,
-                                          cap=float(c.final_softcap)),
-                 x=self.logits, y=self.logits, n=M)
+        index = {id(op): P.op(op.site, op.spec, barrier=op.barrier, **op.args)
+                 for op in plan.ops}
         prog = P.finish()
-        for blocks, ops in moe:       # each router writes its experts' argument words
-            blocks[...] = [[prog.arg_addrs[i] for i in trio] for trio in ops]
+        for blocks, ops in plan.experts:      # each router writes its experts' argument words
+            blocks[...] = [[prog.arg_addrs[index[id(op)]] for op in trio] for trio in ops]
         return prog
-
-    def _moe(self, P, b, bucket, linear, spec, fresh):
-        """A mixture-of-experts FFN: router logits and their softmax, moe_route (top-k, the
-        FFN inputs gathered by expert, and each expert's matmul arguments: its rows, its output
-        rows and its token count, written at run time), every expert's gate and up matmuls
-        (n = 0 for the experts no token picked: they return at once, so decode reads only the
-        picked experts' weights), SwiGLU over all (token, expert) pairs, the down matmuls, and
-        moe_combine (x += the weighted outputs, plus Qwen2-MoE's gated shared expert).
-        Returns (the router's blocks array, [(gate, up, down) op indices per expert])."""
-        c, isa, m = self.config, self.isa, self.model
-        E, NU, FE = c.n_expert, c.n_expert_used, c.n_ff_exp
-        linear(b + "ffn_gate_inp.weight", self.h, "h", self.router, N, fresh)
-        P.op(b + "ffn_router_softmax", spec("softmax", K=E), x=self.router, n=N)
-        per_expert = max(1, bucket * NU // E)      # tokens an expert sees in such a step
-        tg, tu, td = (m.tensor(f"{b}ffn_{name}_exps.weight") for name in ("gate", "up", "down"))
-        sg, su, sd = (matmul_site(t.type.name, M_, K_, bucket, isa, int_dot=self.int_dot,
-                                  q8k_min_tokens=self.q8k_min_tokens, row_panel=False,
-                                  tile_tokens=per_expert)
-                      for t, M_, K_ in ((tg, FE, c.n_embd), (tu, FE, c.n_embd),
-                                        (td, c.n_embd, FE)))
-        if sg.act != su.act:                   # gate and up read one copy of the inputs
-            sg, su = (matmul_site(t.type.name, FE, c.n_embd, bucket, isa, int_dot=False,
-                                  tile_tokens=per_expert) for t in (tg, tu))
-        row_bytes = lambda act, k: ACT_COPIES[act][1](k) if act else 4 * k   # noqa: E731
-        blocks = np.zeros((E, 3), np.int64)
-        outs = np.array([self.eg.ctypes.data, self.eu.ctypes.data, self.ed.ctypes.data,
-                         (self.xgq if sg.act else self.xg).ctypes.data,
-                         (self.egq if sd.act else self.eg).ctypes.data], np.int64)
-        P.op(b + "ffn_route", spec("moe_route", E=E, NU=NU, K=c.n_embd, F=FE,
-                                   norm=int(c.moe_norm), XS=row_bytes(sg.act, c.n_embd),
-                                   DS=row_bytes(sd.act, FE)),
-             probs=self.router, h=self.h, xg=self.xg, pos=self.epos, wgt=self.ewgt,
-             blocks=blocks, outs=outs, n=N)
-        if sg.act:
-            P.op(b + "ffn_exps_quantize", choose(ACT_COPIES[sg.act][0], "F32", isa, bucket,
-                                                 K=c.n_embd), x=self.xg, xq=self.xgq, n=N * NU)
-        ops = [[0, 0, 0] for _ in range(E)]
-        for j, (name, t, site, M_) in enumerate((("gate", tg, sg, FE), ("up", tu, su, FE),
-                                                  ("down", td, sd, c.n_embd))):
-            size = M_ * t.row_bytes
-            xname = "xq" if site.act else "x"
-            for e in range(E):       # x, y and n are written by moe_route before every step
-                ops[e][j] = P.op(f"{b}ffn_{name}_exps.{e}", site.spec, barrier=False,
-                                 w=t.data[e * size:(e + 1) * size], y=0, n=0, **{xname: 0})
-            if name != "gate":
-                P.barrier_after_last()
-            if name == "up":
-                P.op(b + "ffn_exps_swiglu", spec("swiglu", F=FE), g=self.eg, u=self.eu,
-                     y=self.eg, n=N * NU)
-                if sd.act:
-                    P.op(b + "ffn_exps_quantize_down", choose(ACT_COPIES[sd.act][0], "F32", isa,
-                                                              bucket, K=FE),
-                         x=self.eg, xq=self.egq, n=N * NU)
-        if c.n_ff_shexp:
-            linear(b + "ffn_gate_shexp.weight", self.h, "h", self.g, N, fresh)
-            P.no_barrier_before_next()
-            linear(b + "ffn_up_shexp.weight", self.h, "h", self.u, N, fresh)
-            P.op(b + "ffn_shexp_swiglu", spec("swiglu", F=c.n_ff_shexp), g=self.g, u=self.u,
-                 y=self.g, n=N)
-            linear(b + "ffn_down_shexp.weight", self.g, "g", self.ys, N, fresh)
-            P.op(b + "ffn_gate_inp_shexp", choose("matmul", "F32", isa, bucket, M=1,
-                                                  K=c.n_embd, acc=0),
-                 w=self.small[b + "ffn_gate_inp_shexp.weight"], x=self.h, y=self.sg, n=N)
-        P.op(b + "ffn_moe_combine", spec("moe_combine", K=c.n_embd, NU=NU,
-                                         shexp=int(bool(c.n_ff_shexp))),
-             x=self.x, d=self.ed, pos=self.epos, wgt=self.ewgt, ys=self.ys, sg=self.sg, n=N)
-        return blocks, ops
-
 
     # ------------------------------------------------------------------ one step
     def forward(self, batch: Batch) -> np.ndarray:
@@ -482,7 +288,7 @@ class JITEngine:
             self.pool.close()
 
     # ------------------------------------------------------------------ weight layouts
-    def _repacked(self, t) -> np.ndarray:
+    def repacked(self, t) -> np.ndarray:
         """t's weights in the row-panel layout, made once (shared by every program); the file's
         pages of t are then dropped from this process, which reads only the copy."""
         w = self.panel_weights.get(t.name)

@@ -103,7 +103,7 @@ class ReferenceEngine:
         # >= q8k_min_tokens tokens, as the JIT engine does with the same setting (matmul_q8k)
         self.q8k_min_tokens = q8k_min_tokens
         self.act_q8k = {name for name, t in model.tensors.items()
-                        if act_quant and t.type.q8k and t.shape[0] % 256 == 0}
+                        if act_quant and t.type.act_format == "q8k" and t.shape[0] % 256 == 0}
         self._step_tokens = 0
 
     def act_format(self, name: str) -> str | None:

@@ -21,8 +21,11 @@ class TensorType:
     block_size: int                  # elements per block
     type_size: int                   # bytes per block
     quantized: bool                  # True for block-quantised types
-    int_dot: bool = False            # integer-dot kernels on 8-bit activations (Q8A) exist
-    q8k: bool = False                # integer-dot kernels on Q8K activations (one f32 scale per 256)
+    # the activations its integer-dot kernels read (llama.cpp's vec_dot_type): "q8a" (8-bit, one
+    # f32 scale per 32 values: matmul_q8), "q8k" (one per 256: matmul_q8k), None (float rows)
+    act_format: str | None = None
+    int_dot: bool = False            # Q8A kernels exist (for "q8k" types: steps below the
+    #                                  engine's q8k_min_tokens, rows not a multiple of 256)
     row_panel: bool = False          # repacked at load into the row-panel layout (matmul_q8k_rp)
     q8k_prompt: bool = False         # Q8K kernels in prompt-chunk steps too (>= PROMPT_STEP
     #                                  tokens; without them those steps take the float path)...
@@ -38,13 +41,14 @@ class TensorType:
         return np.asarray(_quants.dequantize(data, self.ggml), dtype=np.float32)
 
 
-def _row(name: str, quantized: bool, int_dot: bool = False, q8k: bool = False,
+
+def _row(name: str, act_format: str | None = None, int_dot: bool = False,
          row_panel: bool = False, q8k_prompt: bool = False,
          prompt_families: tuple[str, ...] = ()) -> TensorType:
     ggml = GGMLQuantizationType[name]
     block, size = GGML_QUANT_SIZES[ggml]
-    return TensorType(name, ggml, block, size, quantized, int_dot, q8k, row_panel, q8k_prompt,
-                      prompt_families)
+    return TensorType(name, ggml, block, size, name not in ("F32", "F16", "BF16"), act_format,
+                      int_dot or act_format == "q8a", row_panel, q8k_prompt, prompt_families)
 
 
 # Steps of at least this many tokens run the JIT's prompt-chunk program (the one above its
@@ -53,25 +57,26 @@ PROMPT_STEP = 17
 
 
 TENSOR_TYPES: dict[str, TensorType] = {t.name: t for t in (
-    _row("F32", False),
-    _row("F16", False),
-    _row("BF16", False),
-    _row("Q8_0", True, int_dot=True),
-    _row("Q4_0", True, int_dot=True),
-    _row("Q4_1", True, int_dot=True),
-    _row("Q5_0", True, int_dot=True),
-    _row("Q5_1", True, int_dot=True),
-    _row("Q4_K", True, int_dot=True, q8k=True, row_panel=True, q8k_prompt=True),
-    _row("Q5_K", True, int_dot=True, q8k=True, row_panel=True, q8k_prompt=True),
-    _row("Q6_K", True, int_dot=True, q8k=True, q8k_prompt=True),
+    #    type      activations  traits
+    _row("F32"),
+    _row("F16"),
+    _row("BF16"),
+    _row("Q8_0",   "q8a"),
+    _row("Q4_0",   "q8a"),
+    _row("Q4_1",   "q8a"),
+    _row("Q5_0",   "q8a"),
+    _row("Q5_1",   "q8a"),
+    _row("Q4_K",   "q8k",       int_dot=True, row_panel=True, q8k_prompt=True),
+    _row("Q5_K",   "q8k",       int_dot=True, row_panel=True, q8k_prompt=True),
+    _row("Q6_K",   "q8k",       int_dot=True, q8k_prompt=True),
     # Q8K kernels only (no Q8A kernels, no row panels). Prompt chunks on Q8K where the level has
     # matmul_q8k's AMX tiles (3.5-4.5x the float gemm, docs/kernels-kquants.md), else the float
     # path: faster than the 1-row vnni tiles there (TinyLlama-shaped IQ4_XS 128-token prefill 62
     # tok/s against 92-98) and 3.5-5x faster than the portable kernel at the avx2 level
-    _row("Q2_K", True, q8k=True, prompt_families=("amx", "i8mm")),
-    _row("Q3_K", True, q8k=True, prompt_families=("amx", "i8mm")),
-    _row("IQ4_XS", True, q8k=True, prompt_families=("amx", "i8mm")),
-    _row("IQ4_NL", True, int_dot=True),
+    _row("Q2_K",   "q8k",       prompt_families=("amx", "i8mm")),
+    _row("Q3_K",   "q8k",       prompt_families=("amx", "i8mm")),
+    _row("IQ4_XS", "q8k",       prompt_families=("amx", "i8mm")),
+    _row("IQ4_NL", "q8a"),
 )}
 
 # IQ4_NL / IQ4_XS: the 16 signed levels a 4-bit index selects (gguf's own table)

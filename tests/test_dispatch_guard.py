@@ -92,7 +92,8 @@ def test_a_variant_wrong_past_the_second_slice_is_refused():
     the work of slices 2..7 is right when run as 2 slices and is refused when run as 8.
     Catches: a guard that runs the candidate with run_threads(args, 2) (or any nth other than
     the slot's)."""
-    from reame.jit.program import HEAVY_SLICES, N, ProgramBuilder
+    from reame.codegen.ops.base import HEAVY_SLICES
+    from reame.jit.program import N, ProgramBuilder
     inner = matmul(TILE, acc=1)
     case = get_op("matmul_q8").make_case(inner.spec, np.random.default_rng(0), 4)
     table = DispatchTable(capacity=4, threads=2)

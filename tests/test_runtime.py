@@ -453,7 +453,8 @@ def test_engine_slots_know_their_counts(kernels):
     """Each program's slots are checked at that program's step sizes (n for token ops, rows
     for the head), the q/k norms at tokens x heads (multiples of the heads only), cut as the
     runtime cuts them (a heavy op: 4 slices per thread of the table's threads)."""
-    from reame.jit.program import HEAVY_SLICES, M, N, ProgramBuilder
+    from reame.codegen.ops.base import HEAVY_SLICES
+    from reame.jit.program import M, N, ProgramBuilder
     table = DispatchTable(capacity=8, threads=3)
     P = ProgramBuilder(table, {}, "16", NATIVE, ranges={"n": (5, 16), "m": (1, 4)})
     x = np.zeros((16 * 2, K), np.float32)

@@ -31,7 +31,7 @@ import math
 
 import numpy as np
 
-from .base import Case, Op, Variant
+from .base import Case, HEAVY_SLICES, Op, Variant
 from .kv_layout import contiguous, random_cache
 
 
@@ -107,6 +107,7 @@ SIMD = "tuned: FMA, vcvtph2ps for f16 rows, exp with vscalefps (AVX-512)"
 
 OP = Op(
     name="attn_decode",
+    slices=HEAVY_SLICES,
     args=("q", "kc", "vc", "out", "pos", "seq", "bt", "n"),
     dims=("H", "Hkv", "D", "Dv", "C", "BS", "kv", "scale", "swa", "softcap"),
     variants=(

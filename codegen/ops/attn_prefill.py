@@ -52,7 +52,7 @@ import math
 import numpy as np
 
 from .attn_decode import case_reference, key_block_fits, make_attention_case, tolerance
-from .base import Op, Variant
+from .base import HEAVY_SLICES, Op, Variant
 from .kv_layout import contiguous
 from .matmul_q8k import AmxVariant
 
@@ -171,6 +171,7 @@ SIMD = "tuned: FMA micro-tiles sized to the register file, vcvtph2ps, exp with v
 
 OP = Op(
     name="attn_prefill",
+    slices=HEAVY_SLICES,
     args=("q", "kc", "vc", "out", "pos", "seq", "bt", "n"),
     dims=("H", "Hkv", "D", "Dv", "C", "BS", "kv", "scale", "swa", "softcap"),
     variants=(

@@ -19,6 +19,7 @@ class Variant:
     dtypes: tuple[str, ...] = ("F32",)        # tensor types it implements
     tiles: tuple[dict, ...] = ({},)           # tile configurations to choose between
     doc: str = ""
+    min_tokens: int = 1                       # programs for fewer tokens never start on it
 
     def usable(self, isa: ISA) -> bool:
         return isa.has(self.min_level)
@@ -53,6 +54,9 @@ class Case:
     meta: dict = field(default_factory=dict)
 
 
+HEAVY_SLICES = 4      # slices per thread of the matrix products and attention (Op.slices)
+
+
 @dataclass
 class Op:
     name: str
@@ -66,6 +70,9 @@ class Op:
     doc: str = ""
     # whether a tile can serve these dims (e.g. an attention key tile must divide the KV block)
     fits: Callable[[dict, dict], bool] = lambda tile, dims: True
+    # slices per thread of a step program's op: the heavy ops are cut finer and claimed
+    # dynamically, which evens out threads running at different speeds; element-wise ops one
+    slices: int = 1
 
     def tiles(self, variant: Variant, dims: dict) -> list[dict]:
         """The tiles of `variant` that can serve `dims`."""

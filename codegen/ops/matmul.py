@@ -22,7 +22,7 @@ import numpy as np
 
 from reame.tensor_types import TENSOR_TYPES
 
-from .base import Case, Op, Variant
+from .base import Case, HEAVY_SLICES, Op, Variant
 
 # Every type of the tensor-type table: each has a macro in templates/_dequant.ll.j2 (a row
 # without its macro fails to render, so the tests name what is missing).
@@ -113,6 +113,7 @@ def _tolerance(dtype: str) -> tuple[float, float]:
 
 OP = Op(
     name="matmul",
+    slices=HEAVY_SLICES,
     args=("w", "x", "y", "n"),
     dims=("M", "K", "acc"),
     variants=(

@@ -25,7 +25,7 @@ from reame.tensor_types import TENSOR_TYPES
 
 from .. import q8a
 from . import matmul_q8_kquants as _k
-from .base import Case, Op, Variant
+from .base import Case, HEAVY_SLICES, Op, Variant
 from .matmul_q8k import AmxVariant
 
 LEGACY = ("Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1")
@@ -106,6 +106,7 @@ _TOKENS_DOC = "nt = tokens per pass over a weight block"
 
 OP = Op(
     name="matmul_q8",
+    slices=HEAVY_SLICES,
     args=("w", "xq", "y", "n"),
     dims=("M", "K", "acc"),
     variants=(

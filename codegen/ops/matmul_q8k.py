@@ -42,17 +42,18 @@ from __future__ import annotations
 
 import ctypes
 import functools
+from dataclasses import dataclass
 
 import numpy as np
 
-from reame.tensor_types import TENSOR_TYPES
+from reame.tensor_types import PROMPT_STEP, TENSOR_TYPES
 
 from .. import q8k
-from .base import Case, Op, Variant
+from .base import Case, HEAVY_SLICES, Op, Variant
 from .matmul_q8_kquants import (TILES_AVX2, TILES_PORTABLE, TILES_VNNI, random_activations,
                                 random_weights)
 
-K_TYPES = tuple(t.name for t in TENSOR_TYPES.values() if t.q8k)   # the type table's Q8K types
+K_TYPES = tuple(t.name for t in TENSOR_TYPES.values() if t.act_format == "q8k")   # Q8K types
 TUNED = ("Q4_K", "Q5_K", "Q6_K")   # types of the avx2 and panel families (generic, vnni: all)
 AMX_TYPES = ("Q2_K", "Q3_K", "IQ4_XS")   # types of the amx family
 _TILES = "nt = tokens per weight pass, u = superblocks per loop step, pf = prefetch distance (B)"
@@ -91,8 +92,15 @@ def amx_permitted() -> bool:
         return False
 
 
+@dataclass(frozen=True)
 class AmxVariant(Variant):
-    """A variant that needs the AMX level and the OS's permission to use tile data."""
+    """A variant that needs the AMX level and the OS's permission to use tile data; only
+    programs for prompt chunks (>= PROMPT_STEP tokens) start on it: its tiles decode a 16-row
+    panel once per chunk of tokens and compute 16 tokens per tile, wasted on small steps
+    (matmul_q8, SmolLM2-135M Q4_1, 2 threads: an 8-token step's products 14.3 thread-ms on
+    tiles vs 7.7 on the panels, 16 tokens 15.8 vs 13.0; prompt chunks of 256 1.09x faster, a
+    0.5B Q8_0's 1.31x: docs/kernels-int8.md)."""
+    min_tokens: int = PROMPT_STEP
 
     def usable(self, isa) -> bool:
         return super().usable(isa) and isa.arch == "x86_64" and amx_permitted()
@@ -105,6 +113,7 @@ TOLERANCE = {t: (1e-5, 2e-5) for t in K_TYPES}
 
 OP = Op(
     name="matmul_q8k",
+    slices=HEAVY_SLICES,
     args=("w", "xq", "y", "n"),
     dims=("M", "K", "acc"),
     variants=(

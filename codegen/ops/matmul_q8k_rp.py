@@ -20,7 +20,7 @@ The expected result and tolerance are matmul_q8k's (same integer sums, same floa
 from __future__ import annotations
 
 from .. import panel_layout
-from .base import Case, Op, Variant
+from .base import Case, HEAVY_SLICES, Op, Variant
 from .matmul_q8k import OP as Q8K_OP
 from .matmul_q8k import K_TYPES, TOLERANCE
 
@@ -42,6 +42,7 @@ def _reference(spec, case):
 
 OP = Op(
     name="matmul_q8k_rp",
+    slices=HEAVY_SLICES,
     args=("w", "xq", "y", "n"),
     dims=("M", "K", "acc"),
     variants=(

@@ -40,11 +40,6 @@ class Dyn:
 
 N, M, D, P = Dyn("n"), Dyn("m"), Dyn("d"), Dyn("p")
 
-# ops worth cutting into several slices per thread (claimed dynamically, which evens out threads
-# that run at different speeds); the element-wise ops get one slice per thread
-HEAVY_OPS = ("matmul", "matmul_q8", "matmul_q8k", "matmul_q8k_rp", "attn_decode", "attn_prefill")
-HEAVY_SLICES = 4
-
 
 class ProgramBuilder:
     def __init__(self, table: DispatchTable, kernels: dict, label: str, isa,
@@ -70,7 +65,7 @@ class ProgramBuilder:
         count = args.get("n")
         lo, hi = self.ranges.get(count.name, (3, 3)) if isinstance(count, Dyn) else (3, 3)
         f = count.factor if isinstance(count, Dyn) else 1
-        slices = HEAVY_SLICES if spec.op in HEAVY_OPS else 1
+        slices = registry.get_op(spec.op).slices      # the op file's declaration
         slot = self.table.add(f"{site}@{self.label}", self.kernel(spec), (lo, hi), step=f,
                               slices=slices)
         self.ops.append((slot, words, barrier, slices))

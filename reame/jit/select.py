@@ -66,7 +66,7 @@ def matmul_site(dtype: str, rows: int, K: int, n_tokens: int, isa: ISA, acc: int
     tt = tile_tokens or n_tokens
     dims = dict(M=rows, K=K, acc=acc)
     if int_dot and t.quantized:
-        if (q8k_ok and t.q8k and K % 256 == 0 and q8k_min_tokens is not None
+        if (q8k_ok and t.act_format == "q8k" and K % 256 == 0 and q8k_min_tokens is not None
                 and n_tokens >= q8k_min_tokens
                 and (n_tokens < PROMPT_STEP or prompt_q8k(dtype, isa))
                 and has_kernel("matmul_q8k", dtype, isa)):
@@ -106,7 +106,7 @@ def choose(op_name: str, dtype: str, isa: ISA, n_tokens: int, **dims) -> KernelS
     for v in op.variants:
         if dtype not in v.dtypes or not v.usable(isa):
             continue
-        if v.family in PROMPT_FAMILIES and n_tokens < PROMPT_STEP:
+        if n_tokens < v.min_tokens:          # e.g. AMX tiles: prompt chunks only
             continue
         key = _rank(isa, v.min_level)
         if best is None or key > best[0]:
@@ -150,12 +150,6 @@ def choose(op_name: str, dtype: str, isa: ISA, n_tokens: int, **dims) -> KernelS
 
 
 GEMM_MIN_TOKENS = 16
-# families only for prompt-chunk programs (>= PROMPT_STEP tokens): matmul_q8k's and matmul_q8's
-# AMX tiles decode a 16-row panel once per chunk of tokens and compute 16 tokens per tile,
-# wasted on small steps (matmul_q8, SmolLM2-135M Q4_1, 2 threads: an 8-token step's products
-# 14.3 thread-ms on tiles vs 7.7 on the panels, 16 tokens 15.8 vs 13.0; prompt chunks of 256
-# 1.09x faster, a 0.5B Q8_0's 1.31x: docs/kernels-int8.md)
-PROMPT_FAMILIES = ("amx",)
 PANEL_OPS = ("matmul_q8", "matmul_q8k")
 PANEL_MIN_TOKENS = {"matmul_q8": 1,   # every program, decode included (see use_panel)
                     "matmul_q8k": 2}  # several tokens (decode: 1-row tiles)

@@ -79,6 +79,8 @@ class ReferenceEngine:
 
     name = "reference"
     kernel_plan = None              # numpy: no kernels to tune (reame/kernel_plan.py)
+    max_tokens = max_logits = None  # any step size (reame/engine_api.py)
+    attn_type = "f32"
 
     def __init__(self, model: Model, n_ctx: int | None = None, max_seqs: int = 4,
                  kv_dtype: str = "f32", act_quant: bool = False,
@@ -152,9 +154,9 @@ class ReferenceEngine:
 
     def op_rms_norm(self, node, env, batch):
         x = env[node.ins[0]]
-        heads = node.attr("heads")                                    # Qwen3's q/k: per head
-        y = rms_norm(x.reshape(len(x), heads, -1), self.w[node.weight], node.attr("eps"))
-        return y.reshape(len(x), -1)
+        n, width, heads = *x.shape, node.attr("heads")               # Qwen3's q/k: per head
+        y = rms_norm(x.reshape(n, heads, width // heads), self.w[node.weight], node.attr("eps"))
+        return y.reshape(n, width)
 
     def op_linear(self, node, env, batch):
         y = self.linear(env[node.ins[0]], node.weight)
@@ -166,10 +168,10 @@ class ReferenceEngine:
 
     def op_rope(self, node, env, batch):
         c, x = self.config, env[node.ins[0]]
+        (n, width), heads = x.shape, node.attr("heads")
         cos, sin = self._angles[node.attr("swa")]
-        y = apply_rope(x.reshape(len(x), node.attr("heads"), -1), cos, sin, c.rope_dim,
-                       c.rope_neox)
-        return y.reshape(len(x), -1)
+        y = apply_rope(x.reshape(n, heads, width // heads), cos, sin, c.rope_dim, c.rope_neox)
+        return y.reshape(n, width)
 
     def op_store_kv(self, node, env, batch):
         c, n = self.config, len(batch)
@@ -232,6 +234,9 @@ class ReferenceEngine:
             s = self.linear(g, p + "ffn_down_shexp.weight")
             out = out + s / (1 + np.exp(-(h @ w[p + "ffn_gate_inp_shexp.weight"])))[:, None]
         return out
+
+    def close(self) -> None:
+        """Nothing to release: no threads of its own."""
 
     def final_hidden(self, lo: int, hi: int) -> np.ndarray:
         """The final hidden states (after the output norm) of tokens lo..hi-1 of the last

@@ -160,7 +160,7 @@ class Request:
 
 def default_params(engine, **overrides) -> SchedulerParams:
     """Parameters that fit the engine: a batch of all its KV slots, its step size."""
-    steps = getattr(engine, "max_tokens", 512)
+    steps = engine.max_tokens or 512
     p = SchedulerParams(max_batch=engine.kv.max_seqs, token_budget=min(512, steps),
                         prefill_chunk=min(512, steps))
     for k, v in overrides.items():
@@ -181,11 +181,10 @@ class Scheduler:
         self.turns = turns if turns is not None else Turns()
         self.params = params or default_params(engine, max_waiting=queue_size,
                                                prefill_chunk=prefill_chunk)
-        self.params.check(getattr(engine, "max_tokens", self.params.token_budget),
-                          engine.kv.max_seqs)
+        self.params.check(engine.max_tokens or self.params.token_budget, engine.kv.max_seqs)
         self.speculator = speculator
         self.planner = Planner(engine.kv, self.params, salt, speculator=speculator,
-                               max_logits=getattr(engine, "max_logits", None))
+                               max_logits=engine.max_logits)
         self.adaptive = adaptive
         if adaptive is not None:
             adaptive.pool = self.pool               # the prefix cache's counters, for the report
@@ -398,7 +397,7 @@ class Scheduler:
             # follows (sampling, detokenising, events) costs per emitted token, as much for a
             # token of a draft as for one of a step of its own: not a cost of drafting
             self.speculator.step_done(len(plan.batch), time.perf_counter() - t0)
-        outcomes = self.planner.apply(plan, logits, getattr(self.engine, "final_hidden", None))
+        outcomes = self.planner.apply(plan, logits, self.engine.final_hidden)
         for o in outcomes:
             r = o.seq.owner
             if r.finished:

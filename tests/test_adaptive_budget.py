@@ -365,8 +365,7 @@ def test_saved_with_the_strategy_frozen_runs_it_and_on_budgets_from_the_first_st
     assert len(state["budget"]["model"]) == 3
     frozen, _, _, _, seen = serve(clock, enabled=False, state=state)
     assert set(seen) == {(state["token_budget"], state["prefill_chunk"])}
-    on = AdaptiveRuntime(SimpleNamespace(kv=SimpleNamespace(max_seqs=8), max_tokens=512),
-                         params(8), enabled=True)
+    on = AdaptiveRuntime(FakeEngine(slots=8), params(8), enabled=True)
     on._load_params(state)
     assert on.budget.ready and on.budget.prompt_budget(6) < 512
 

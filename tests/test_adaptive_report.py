@@ -10,11 +10,12 @@ import pytest
 
 from reame.adaptive import AdaptiveRuntime
 from reame.planner import SchedulerParams
+from tests.test_planner import FakeEngine
 
 
 def runtime():
-    eng = SimpleNamespace(kv=SimpleNamespace(max_seqs=64, block_size=64), n_ctx=4096,
-                          config=SimpleNamespace(n_vocab=100))
+    eng = FakeEngine(slots=64, blocks=64, bs=64, n_ctx=4096)
+    eng.config = SimpleNamespace(n_vocab=100)
     return AdaptiveRuntime(eng, SchedulerParams(max_batch=64, token_budget=512,
                                                 prefill_chunk=512), enabled=False)
 

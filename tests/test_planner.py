@@ -37,15 +37,21 @@ def expected(prompt, n) -> list[int]:
 
 class FakeEngine:
     """KV = the token ids, written and read through the block tables; a logits row is
-    `row(every key the row's attention reads)` (default: [next_token(keys)])."""
+    `row(every key the row's attention reads)` (default: [next_token(keys)]). A whole
+    reame.engine_api.Engine (tests/test_engine_api.py checks)."""
+    name, model, config, attn_type, kernel_plan, max_logits = "fake", None, None, "f32", None, None
 
     def __init__(self, slots=4, blocks=64, bs=4, n_ctx=256, row=None, dtype=np.int64):
         self.kv = PagedKVCache(1, slots, 1, n_ctx, 1, 1, "f32", bs, blocks)
         self.kv.tables[:] = 0                    # nothing works by accident of the static layout
+        self.n_ctx = n_ctx
         self.max_tokens = 512
         self.batches = []
         self.row = row or (lambda keys: [next_token(keys)])
         self.dtype = dtype
+
+    def close(self):
+        pass
 
     def final_hidden(self, lo, hi):
         """Each token's "hidden state": (token id, position + 1)."""

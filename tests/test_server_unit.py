@@ -40,6 +40,11 @@ class WrappedEngine:
         self.calls = 0
         self.batch_sizes = []
 
+    kernel_plan = None      # no adaptive runtime: the tests set the scheduler's parameters
+
+    def __getattr__(self, name):               # the rest of reame.engine_api.Engine: inner's
+        return getattr(self.inner, name)
+
     def forward(self, batch):
         self.gate.wait(30 * TIME_SCALE)
         self.calls += 1
@@ -198,7 +203,8 @@ def engine_factory_kwargs(cfg, monkeypatch):
     from types import SimpleNamespace
     from reame.server import service
     seen = {}
-    fake = SimpleNamespace(kv=SimpleNamespace(block_bytes=1, block_size=32, kv_type="f32"))
+    fake = SimpleNamespace(kv=SimpleNamespace(block_bytes=1, block_size=32, kv_type="f32"),
+                           attn_type="f32")
     monkeypatch.setattr("reame.engines.create_engine",
                         lambda model, name, **kw: seen.update(kw) or fake)
     assert service.engine_factory(cfg)() is fake
@@ -229,8 +235,8 @@ def test_attn_type_setting_reaches_the_engine(stories_path, monkeypatch):
     args = parser.parse_args(["serve", str(stories_path), "--attn-type", "bf16", "--pin", "off"])
     assert args.func(args) == 0 and got["c"].attn_type == "bf16"
     # bf16 attention gives other keys and values: another prefix-cache salt
-    a = SimpleNamespace(model=None, name="jit", kv=fake.kv, attn_type="f32")
-    b = SimpleNamespace(model=None, name="jit", kv=fake.kv, attn_type="bf16")
+    a = SimpleNamespace(model=SimpleNamespace(path=None), name="jit", kv=fake.kv, attn_type="f32")
+    b = SimpleNamespace(model=SimpleNamespace(path=None), name="jit", kv=fake.kv, attn_type="bf16")
     assert service.model_identity(a) != service.model_identity(b)
 
 

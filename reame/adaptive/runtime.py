@@ -42,7 +42,7 @@ class AdaptiveRuntime:
         self.enabled = enabled
         self.profile = RequestProfile()
         # the engine's KernelPlan (reame/kernel_plan.py), None when its kernels cannot be tuned
-        self.plan = getattr(engine, "kernel_plan", None)
+        self.plan = engine.kernel_plan
         self.tuner = (KernelTuner(self.plan, **{"exact": exact_kernels, **(tuner_options or {})})
                       if self.plan is not None else None)
         self.ident = store.identity(engine) if self.tuner is not None else None
@@ -79,7 +79,7 @@ class AdaptiveRuntime:
         # the step's prompt chunk and token budget, for the latency target (budget.py); moved
         # only when enabled: off keeps the built-in values, frozen the saved ones
         self.budget = BudgetController(params, tpot_limit=tpot_limit,
-                                       engine_tokens=getattr(engine, "max_tokens", None),
+                                       engine_tokens=engine.max_tokens,
                                        **(budget_options or {}))
         if not enabled:
             self.batch.frozen = True
@@ -335,7 +335,7 @@ class AdaptiveRuntime:
         from dataclasses import replace
         cand = replace(self.params)
         slots = self.engine.kv.max_seqs
-        tokens = getattr(self.engine, "max_tokens", cand.token_budget)
+        tokens = self.engine.max_tokens or cand.token_budget
         bad = []
         for k in ("max_batch", "token_budget", "prefill_chunk"):
             v = saved.get(k)

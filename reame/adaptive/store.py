@@ -35,7 +35,7 @@ def default_dir() -> Path:
 def identity(engine) -> dict:
     """What the learned strategy is valid for."""
     isa = engine.isa
-    path = getattr(getattr(engine, "model", None), "path", None)
+    path = engine.model.path
     try:
         st = os.stat(path)
         model = f"{os.path.abspath(path)}:{st.st_size}:{st.st_mtime_ns}"

@@ -214,9 +214,9 @@ class _Lowering:
 
     def softcap(self, node: Node) -> None:
         x = self.buf(node.ins[0])
-        self.emit(node.site, self.spec("softcap", self.head, K=x.shape[1],
-                                      cap=float(node.attr("cap"))),
-                 node.ins, (node.out,), x=x, y=self.buf(node.out), n=M)
+        self.emit(node.site, self.spec("softcap", self.tokens(node), K=x.shape[1],
+                                       cap=float(node.attr("cap"))),
+                  node.ins, (node.out,), x=x, y=self.buf(node.out), n=self.count(node))
 
     def moe(self, node: Node) -> None:
         from .plan_moe import lower_moe

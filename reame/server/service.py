@@ -26,14 +26,14 @@ log = logging.getLogger("reame.server")
 
 def model_names(engine, config: ServerConfig) -> list[str]:
     """Names clients may use: the file's basename without extension first (the id we report),
-    then the file name, general.name and a configured alias."""
+    then the file name, general.name and a configured alias (engine None: a model not loaded
+    yet, named from its configuration)."""
     names = []
-    model = getattr(engine, "model", None)
-    path = getattr(model, "path", None) or config.model
+    path = (engine.model.path if engine is not None else None) or config.model
     if path:
         base = os.path.basename(str(path))
         names += [os.path.splitext(base)[0], base]
-    cfg_name = getattr(getattr(engine, "config", None), "name", None)
+    cfg_name = engine.config.name if engine is not None else None
     if isinstance(cfg_name, str) and cfg_name:
         names.append(cfg_name)
     if config.model_alias:
@@ -48,15 +48,14 @@ def model_identity(engine) -> bytes:
     """What salts the prefix cache's block hashes: the model file (path, size, time) and the
     engine's numerics, so equal hashes can only mean equal keys and values."""
     import hashlib
-    path = getattr(getattr(engine, "model", None), "path", None)
+    path = engine.model.path
     try:
         st = os.stat(path) if path else None
         file_id = f"{os.path.abspath(path)}:{st.st_size}:{st.st_mtime_ns}" if st else ""
     except OSError:
         file_id = str(path)
-    kv = getattr(engine, "kv", None)
-    ident = f"{file_id}|{getattr(engine, 'name', '')}|{getattr(kv, 'kv_type', '')}"
-    if getattr(engine, "attn_type", "f32") != "f32":    # bf16 attention: other keys and values
+    ident = f"{file_id}|{engine.name}|{engine.kv.kv_type}"
+    if engine.attn_type != "f32":                  # bf16 attention: other keys and values
         ident += f"|attn={engine.attn_type}"
     return hashlib.sha256(ident.encode()).digest()
 
@@ -84,7 +83,7 @@ class ModelService:
         self.template_error = template_error
         self.names = model_names(engine, config)
         self.id = self.names[0]
-        path = getattr(getattr(engine, "model", None), "path", None)
+        path = engine.model.path
         try:
             self.created = int(os.path.getmtime(path)) if path else int(time.time())
         except OSError:
@@ -95,7 +94,7 @@ class ModelService:
         params = default_params(engine, max_waiting=config.queue_size,
                                 max_batch=min(config.batch_limits()[0], engine.kv.max_seqs))
         self.adaptive = None
-        if getattr(engine, "kernel_plan", None) is not None:   # kernels that can be tuned
+        if engine.kernel_plan is not None:              # kernels that can be tuned
             from ..adaptive import AdaptiveRuntime
             self.adaptive = AdaptiveRuntime(engine, params, enabled=config.adaptive_mode == "on",
                                             state_dir=config.adaptive_dir,
@@ -113,7 +112,7 @@ class ModelService:
         self.scheduler = Scheduler(engine, params, salt=model_identity(engine),
                                    adaptive=self.adaptive, speculator=self.speculator,
                                    turns=turns)
-        self.n_embd = getattr(getattr(engine, "config", None), "n_embd", 0)
+        self.n_embd = engine.config.n_embd
         self.warmer = None                          # computes saved hot prefixes (start)
         self.pooling, self.pooling_error = embedding_pooling(engine, config)
 
@@ -138,7 +137,7 @@ class ModelService:
                             "model and version: running the built-in defaults", where)
         from ..sampling import prepare
         # the sampling kernel for the logits rows, so the first temperature request waits for none
-        prepare(getattr(getattr(self.engine, "config", None), "n_vocab", None) or self.n_vocab)
+        prepare(self.engine.config.n_vocab or self.n_vocab)
         self.scheduler.start()
         if a is not None and a.saved_prefixes:    # the hot prefixes a saved strategy lists,
             from .warmup import PrefixWarmer      # computed while no request runs
@@ -162,9 +161,7 @@ class ModelService:
         """After stop(): let go of the engine's memory (weights, KV pool, buffers) now, not when
         the last reference to this service goes (a finished response may still hold it for
         its tokenizer)."""
-        close = getattr(self.engine, "close", None)
-        if callable(close):
-            close()
+        self.engine.close()
         self.scheduler.turns.forget(self.scheduler)
         self.engine = self.scheduler.engine = None
         self.scheduler.planner = None
@@ -400,12 +397,10 @@ def embedding_pooling(engine, config: ServerConfig) -> tuple[str | None, str | N
     """How /v1/embeddings pools the final hidden states: --pooling, else the GGUF's
     `{arch}.pooling_type` (mean or last), else the last token (what decoder-only embedding
     models use). (None, why) when the model asks for a pooling Reame does not do."""
-    if not callable(getattr(engine, "final_hidden", None)):
-        return None, "the engine does not give its final hidden states"
     if config.pooling:
         return config.pooling, None
-    metadata = getattr(getattr(engine, "model", None), "metadata", None) or {}
-    arch = getattr(getattr(engine, "config", None), "arch", None)
+    metadata = engine.model.metadata or {}
+    arch = engine.config.arch
     kind = POOLING_TYPES.get(metadata.get(f"{arch}.pooling_type"), "last")
     if kind in ("mean", "last"):
         return kind, None
@@ -417,7 +412,7 @@ def build_service(engine, config: ServerConfig, tokenizer=None, chat_template=No
                   turns=None, served_as: str | None = None) -> ModelService:
     """A started service over an engine; tokenizer and template default to the model's own
     (`turns`, `served_as`: ModelService's)."""
-    metadata = getattr(getattr(engine, "model", None), "metadata", None)
+    metadata = engine.model.metadata
     if tokenizer is None:
         from ..tokenizer import Tokenizer
         if metadata is None:
@@ -517,7 +512,7 @@ def engine_factory(config: ServerConfig, shared_pools: bool = False) -> Callable
                  str(start) if start == slots else
                  f"{start} to start with, up to {slots} (the adaptive runtime grows the batch "
                  "while requests wait)" if config.adaptive == "on" else str(start))
-        log.info("prompt attention: %s (--attn-type %s)", getattr(engine, "attn_type", "f32"),
+        log.info("prompt attention: %s (--attn-type %s)", engine.attn_type,
                  config.attn_type)
         return engine
     return build

@@ -1,4 +1,4 @@
-"""The `reame` command: info, generate, tokenize, serve, codegen."""
+"""The `reame` command: info, generate, plan, tokenize, serve, codegen."""
 
 from __future__ import annotations
 
@@ -125,6 +125,35 @@ def cmd_generate(args) -> int:
     return 0
 
 
+def cmd_plan(args) -> int:
+    """The JIT's step programs as planned for this model and CPU (reame/jit/plan.py): every op
+    site with the kernel it starts with, program by program (--tokens N: the program steps of
+    N tokens run)."""
+    from .engines import context_size, create_engine
+    from .model import load_model
+    from . import progress
+    progress.configure("off")
+    resolve_model_arg(args)
+    model = load_model(args.model)
+    if args.tokens is not None and args.tokens < 1:
+        raise ReameError(f"--tokens must be >= 1 (got {args.tokens})")
+    engine = create_engine(model, "jit", n_ctx=context_size(model, args.ctx_size),
+                           max_seqs=args.max_seqs, kv_type=args.kv_type, threads=1,
+                           act_type=args.act_type, attn_type=args.attn_type)
+    try:
+        plan = engine.kernel_plan
+        if args.tokens is not None and args.tokens > engine.max_tokens:
+            raise ReameError(f"--tokens {args.tokens}: a step holds at most {engine.max_tokens}")
+        want = plan.program_of(args.tokens) if args.tokens is not None else None
+        for bucket, steps in engine.plans.items():
+            if want is None or bucket == want:
+                print(f"# steps of up to {bucket} tokens: {len(steps.ops)} ops")
+                print("\n".join(steps.describe()))
+    finally:
+        engine.close()
+    return 0
+
+
 def add_engine_args(p: argparse.ArgumentParser) -> None:
     from .engines import ACT_TYPES, ATTN_TYPES, DEFAULT_ENGINE, ENGINES
     p.add_argument("--engine", choices=ENGINES, default=DEFAULT_ENGINE,
@@ -207,6 +236,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="no timing line or progress on stderr")
     add_engine_args(p)
     p.set_defaults(func=cmd_generate)
+
+    p = sub.add_parser("plan", help="the JIT's step programs: each op site and its kernel",
+                       description=cmd_plan.__doc__)
+    p.add_argument("model", help=MODEL_HELP)
+    p.add_argument("--tokens", type=int, default=None, help="only the program for N-token steps")
+    p.add_argument("--max-seqs", type=int, default=4, help="sequences per step (default: 4)")
+    add_engine_args(p)
+    p.set_defaults(func=cmd_plan)
 
     for module, fn in (("reame.tokenizer.cli", "add_tokenize_command"),
                        ("reame.server.cli", "add_serve_command"),

@@ -337,3 +337,24 @@ def test_generate_isa_flag_builds_lower_level_kernels(capsys, monkeypatch, stori
 def test_generate_isa_flag_unknown_level(capsys, stories):
     assert "ISA level" in one_line_error(*cli(capsys, "generate", stories, "-p", PROMPT,
                                               "--isa", "avx9"))
+
+
+def test_plan_prints_every_site_of_the_chosen_program(capsys, stories):
+    # catches: a plan command that prints another program than the one N-token steps run, drops
+    # sites (e.g. the inserted 8-bit copies or the head), or takes a bad --tokens silently
+    from reame import graph
+    from reame.model import load_model
+    rc, out, err = cli(capsys, "plan", stories, "--tokens", 3)
+    assert rc == 0, err
+    lines = out.splitlines()
+    assert lines[0] == f"# steps of up to 4 tokens: {len(lines) - 1} ops"
+    sites = [line.split()[0] for line in lines[1:]]
+    nodes = graph.build(load_model(stories).config)
+    want = [n.site + ("_prompt" if n.op == "attention" and i else "")
+            for n in nodes for i in range(2 if n.op == "attention" else 1)]
+    assert sites == want
+    assert all("/" in line.split()[1] for line in lines[1:])      # op/dtype/family@level[...]
+    rc, out, err = cli(capsys, "plan", stories)
+    assert rc == 0 and out.count("# steps of up to") == 5
+    assert "at most" in one_line_error(*cli(capsys, "plan", stories, "--tokens", 100000))
+    assert ">= 1" in one_line_error(*cli(capsys, "plan", stories, "--tokens", 0))

@@ -112,15 +112,15 @@ class _Lowering:
     def embed(self, node: Node) -> None:
         t, scale = self.e.model.tensor(node.weight), node.attr("scale")
         self.emit(node.site, self.spec("get_rows", dtype=t.type.name, K=self.c.n_embd,
-                                      **({"scale": scale} if scale else {})),
-                 ("tokens",), (node.out,), w=t.data, ids=self.buf("tokens"),
-                 y=self.buf(node.out), n=N)
+                                       **({"scale": scale} if scale else {})),
+                  ("tokens",), (node.out,), w=t.data, ids=self.buf("tokens"),
+                  y=self.buf(node.out), n=N)
 
     def rms_norm(self, node: Node) -> None:
         heads, x = node.attr("heads"), self.buf(node.ins[0])
         self.emit(node.site, self.spec("rms_norm", K=x.shape[1] // heads, eps=node.attr("eps")),
-                 node.ins, (node.out,), x=x, w=self.e.small[node.weight],
-                 y=self.buf(node.out), n=self.count(node) * heads)
+                  node.ins, (node.out,), x=x, w=self.e.small[node.weight],
+                  y=self.buf(node.out), n=self.count(node) * heads)
 
     def linear(self, node: Node, barrier=None) -> PlannedOp:
         return self.product(node.site, node.ins[0], node.out, self.count(node),
@@ -141,29 +141,29 @@ class _Lowering:
         reads = (src, dst) if acc else (src,)
         if site.act is None:
             return self.emit(weight, site.spec, reads, (dst,), barrier, w=w, x=self.buf(src),
-                            y=self.buf(dst), n=n)
+                             y=self.buf(dst), n=n)
         copy = f"{src}:{site.act}"
         if copy not in self.copies:
             qop = ACT_COPIES[site.act][0]
             self.emit(f"{'quantize' if site.act == 'q8a' else qop}.{weight}",
-                     self.spec(qop, K=K), (src,), (copy,), x=self.buf(src),
-                     xq=e.copies[copy], n=n)
+                      self.spec(qop, K=K), (src,), (copy,), x=self.buf(src),
+                      xq=e.copies[copy], n=n)
             self.copies.add(copy)
         return self.emit(weight, site.spec, (copy,) + reads[1:], (dst,), barrier,
-                        w=w, xq=e.copies[copy], y=self.buf(dst), n=n)
+                         w=w, xq=e.copies[copy], y=self.buf(dst), n=n)
 
     def add(self, node: Node) -> None:
         a = self.buf(node.ins[0])
         b = self.e.small[node.weight] if node.weight else self.buf(node.ins[1])
         self.emit(node.site, self.spec("add", K=a.shape[1], bcast=int(node.weight is not None)),
-                 node.ins, (node.out,), a=a, b=b, y=self.buf(node.out), n=N)
+                  node.ins, (node.out,), a=a, b=b, y=self.buf(node.out), n=N)
 
     def rope(self, node: Node) -> None:
         c, x = self.c, self.buf(node.ins[0])
         self.emit(node.site, self.spec("rope", H=node.attr("heads"), D=c.head_dim, R=c.rope_dim,
-                                      neox=int(c.rope_neox)),
-                 node.ins, (node.out,), x=x, pos=self.buf("pos"),
-                 cs=self.e.rope_cs[node.attr("swa")], n=N)
+                                       neox=int(c.rope_neox)),
+                  node.ins, (node.out,), x=x, pos=self.buf("pos"),
+                  cs=self.e.rope_cs[node.attr("swa")], n=N)
 
     def kv_args(self, layer: int) -> dict:
         kv = self.e.kv
@@ -172,9 +172,9 @@ class _Lowering:
     def store_kv(self, node: Node) -> None:
         c, kv = self.c, self.e.kv
         self.emit(node.site, self.spec("store_kv", Hkv=c.n_head_kv, D=c.head_dim, Dv=c.head_dim_v,
-                                      C=kv.table_ctx, BS=kv.block_size, kv=self.e.kv_dtype),
-                 node.ins, (node.out,), k=self.buf("k"), v=self.buf("v"), pos=self.buf("pos"),
-                 seq=self.buf("seq"), n=N, **self.kv_args(node.layer))
+                                       C=kv.table_ctx, BS=kv.block_size, kv=self.e.kv_dtype),
+                  node.ins, (node.out,), k=self.buf("k"), v=self.buf("v"), pos=self.buf("pos"),
+                  seq=self.buf("seq"), n=N, **self.kv_args(node.layer))
 
     def attention(self, node: Node) -> None:
         """attn_decode over the decode rows and, in programs of more than one token with split
@@ -190,27 +190,27 @@ class _Lowering:
         split = e.split_attention and self.bucket > 1
         q, out, pos, seq = (self.buf(b) for b in ("q", "att", "pos", "seq"))
         self.emit(node.site, self.spec("attn_decode", **dims), node.ins, (node.out,),
-                 False if split else None, q=q, out=out, pos=pos, seq=seq,
-                 n=D if split else N, **self.kv_args(node.layer))
+                  False if split else None, q=q, out=out, pos=pos, seq=seq,
+                  n=D if split else N, **self.kv_args(node.layer))
         if split:
             rows = {a: Dyn("d", arr.strides[0], arr)
                     for a, arr in (("q", q), ("out", out), ("pos", pos), ("seq", seq))}
             self.emit(node.site + "_prompt",
-                     attn_prefill_spec(e.attn_type, self.isa, max(self.bucket, PROMPT_STEP),
-                                       **dims),
-                     node.ins, (node.out,), n=PROMPT_ROWS, **rows, **self.kv_args(node.layer))
+                      attn_prefill_spec(e.attn_type, self.isa, max(self.bucket, PROMPT_STEP),
+                                        **dims),
+                      node.ins, (node.out,), n=PROMPT_ROWS, **rows, **self.kv_args(node.layer))
 
     def glu(self, node: Node) -> None:
         act = node.attr("act")
         self.emit(node.site, self.spec("swiglu", F=node.attr("width"),
-                                      **({"act": act} if act != "silu" else {})),
-                 node.ins, (node.out,), g=self.buf("g"), u=self.buf("u"), y=self.buf(node.out),
-                 n=N)
+                                       **({"act": act} if act != "silu" else {})),
+                  node.ins, (node.out,), g=self.buf("g"), u=self.buf("u"), y=self.buf(node.out),
+                  n=N)
 
     def rows(self, node: Node) -> None:
         self.emit(node.site, self.spec("get_rows", self.head, K=self.c.n_embd), node.ins,
-                 (node.out,), w=self.buf(node.ins[0]), ids=self.buf("rows"),
-                 y=self.buf(node.out), n=M)
+                  (node.out,), w=self.buf(node.ins[0]), ids=self.buf("rows"),
+                  y=self.buf(node.out), n=M)
 
     def softcap(self, node: Node) -> None:
         x = self.buf(node.ins[0])

@@ -1,17 +1,14 @@
 """The numpy reference engine: the oracle every faster engine is checked against.
 
-Plain float32 math on weights dequantised once with `gguf.quants.dequantize`. `forward` is one flat
-function that reads like the papers (Llama, Qwen2, Qwen3): embedding, then per layer RMSNorm ->
-q/k/v -> RoPE -> grouped-query attention over the KV cache -> output projection -> residual,
-RMSNorm -> SwiGLU FFN -> residual; then the final norm and the output head. Gemma 2 / 3 add
-their steps in place: scaled embeddings, sliding-window layers, soft-capped scores and logits,
-GeGLU, and a norm of each block's output before its residual.
-"""
+Plain float32 math on weights dequantised once with `gguf.quants.dequantize`. `forward` runs the
+model's step as reame/graph.py builds it (the same nodes the JIT compiles), one small method per
+graph op; the per-op numerics (rms_norm, rotate, softcap, softmax, silu, gelu) are the op files'
+(codegen/ops/*), which check the kernels with the same functions in float64. Attention is each
+token's loop over its own cached prefix."""
 
 from __future__ import annotations
 
 import functools
-import math
 
 import numpy as np
 
@@ -19,7 +16,11 @@ from . import graph as graph_
 from .batch import Batch
 from .codegen import q8a, q8k
 from .codegen.ops.moe_route import route
-from .codegen.ops.rope import rope_angles
+from .codegen.ops.rms_norm import rms_norm
+from .codegen.ops.rope import rope_angles, rotate as apply_rope
+from .codegen.ops.softcap import softcap
+from .codegen.ops.softmax import softmax
+from .codegen.ops.swiglu import gelu, silu
 from .kv_cache import DEFAULT_BLOCK_SIZE, DEFAULT_MAX_CTX, PagedKVCache
 from .model import Model
 from .tensor_types import PROMPT_STEP
@@ -30,47 +31,6 @@ def _prompt_q8k(dtype: str) -> bool:
     from .codegen.isa import detect
     from .codegen.ops.matmul_q8k import prompt_q8k
     return prompt_q8k(dtype, detect())
-
-
-def rms_norm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
-    """x * w / sqrt(mean(x^2) + eps) over the last axis."""
-    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
-
-
-def silu(x: np.ndarray) -> np.ndarray:
-    return x / (1.0 + np.exp(-x))
-
-
-def gelu(x: np.ndarray) -> np.ndarray:
-    """GELU, tanh approximation (as llama.cpp's ggml_gelu and Gemma's gelu_pytorch_tanh)."""
-    return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
-
-
-def softcap(x: np.ndarray, cap: float) -> np.ndarray:
-    """cap * tanh(x / cap): Gemma 2's soft-capping of attention scores and logits (0: none)."""
-    return cap * np.tanh(x / cap) if cap else x
-
-
-def softmax(x: np.ndarray) -> np.ndarray:
-    e = np.exp(x - x.max(-1, keepdims=True))
-    return e / e.sum(-1, keepdims=True)
-
-
-def apply_rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, rope_dim: int, neox: bool):
-    """Rotate the first rope_dim dims of every head. x [n, heads, head_dim]; cos/sin [n, rope_dim/2]."""
-    half = rope_dim // 2
-    out = x.copy()
-    if neox:                          # pairs (i, i + half): the two halves of the head
-        x0, x1 = x[..., :half], x[..., half:rope_dim]
-    else:                             # pairs (2i, 2i + 1): adjacent dims
-        x0, x1 = x[..., 0:rope_dim:2], x[..., 1:rope_dim:2]
-    c, s = cos[:, None, :], sin[:, None, :]
-    r0, r1 = x0 * c - x1 * s, x0 * s + x1 * c
-    if neox:
-        out[..., :half], out[..., half:rope_dim] = r0, r1
-    else:
-        out[..., 0:rope_dim:2], out[..., 1:rope_dim:2] = r0, r1
-    return out
 
 
 class ReferenceEngine:

@@ -15,7 +15,8 @@ from reame.codegen.registry import get_op
 from reame.jit.engine import Q8K_MIN_TOKENS, JITEngine
 from reame.model import load_model
 from reame.codegen.ops.moe_route import route
-from reame.reference import ReferenceEngine, softmax
+from reame.codegen.ops.softmax import softmax
+from reame.reference import ReferenceEngine
 from conftest import shared_path
 
 ISA = detect()

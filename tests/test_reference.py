@@ -14,7 +14,8 @@ from reame.batch import Batch
 from reame.config import RopeScaling
 from reame.model import load_model
 from reame.codegen.ops.rope import rope_angles
-from reame.reference import ReferenceEngine, apply_rope
+from reame.codegen.ops.rope import rotate as apply_rope
+from reame.reference import ReferenceEngine
 
 
 def greedy(engine: ReferenceEngine, prompt: list[int], n: int, slot: int = 0):

@@ -14,6 +14,12 @@ import numpy as np
 from .base import Case, Op, Variant
 
 
+def rms_norm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
+    """x * w / sqrt(mean(x^2) + eps) over the last axis, in x's precision: the reference
+    engine's (float32) and this op's oracle (float64)."""
+    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
+
+
 def _case(spec, rng, n):
     K = spec.p["K"]
     x = rng.standard_normal((n, K)).astype(np.float32)
@@ -25,7 +31,7 @@ def _case(spec, rng, n):
 
 def _reference(spec, case):
     x, w = case.buffers["x"].astype(np.float64), case.buffers["w"].astype(np.float64)
-    return {"y": x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + spec.p["eps"]) * w}
+    return {"y": rms_norm(x, w, spec.p["eps"])}
 
 
 OP = Op(

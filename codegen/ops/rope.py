@@ -63,20 +63,28 @@ def _case(spec, rng, n):
     return Case(bufs, OP.pack(bufs, n=n), ("x",))
 
 
-def reference(x, pos, cs, R, neox):
-    """float64 rotation of x [n, H, D] (like reame.reference.apply_rope, table-driven)."""
-    x = x.astype(np.float64)
-    c = cs[pos, :, 0].astype(np.float64)[:, None, :]
-    s = cs[pos, :, 1].astype(np.float64)[:, None, :]
+def rotate(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, rope_dim: int, neox: bool):
+    """Rotate the first rope_dim dims of every head, in x's precision (the reference engine's
+    float32, this op's float64 oracle). x [n, heads, head_dim]; cos/sin [n, rope_dim/2]."""
+    half = rope_dim // 2
     out = x.copy()
-    half = R // 2
+    if neox:                          # pairs (i, i + half): the two halves of the head
+        x0, x1 = x[..., :half], x[..., half:rope_dim]
+    else:                             # pairs (2i, 2i + 1): adjacent dims
+        x0, x1 = x[..., 0:rope_dim:2], x[..., 1:rope_dim:2]
+    c, s = cos[:, None, :], sin[:, None, :]
+    r0, r1 = x0 * c - x1 * s, x0 * s + x1 * c
     if neox:
-        a, b = x[..., :half], x[..., half:R]
-        out[..., :half], out[..., half:R] = a * c - b * s, a * s + b * c
+        out[..., :half], out[..., half:rope_dim] = r0, r1
     else:
-        a, b = x[..., 0:R:2], x[..., 1:R:2]
-        out[..., 0:R:2], out[..., 1:R:2] = a * c - b * s, a * s + b * c
+        out[..., 0:rope_dim:2], out[..., 1:rope_dim:2] = r0, r1
     return out
+
+
+def reference(x, pos, cs, R, neox):
+    """float64 rotation of x [n, H, D] by the kernel's cos/sin table cs [position, R/2, 2]."""
+    f64 = lambda a: a.astype(np.float64)           # noqa: E731
+    return rotate(f64(x), f64(cs[pos, :, 0]), f64(cs[pos, :, 1]), R, neox)
 
 
 def _reference(spec, case):

@@ -28,9 +28,14 @@ def _case(spec, rng, n):
     return Case(bufs, OP.pack(bufs, n=n), ("y",))
 
 
+def softcap(x: np.ndarray, cap: float) -> np.ndarray:
+    """cap * tanh(x / cap): Gemma 2's soft-capping of attention scores and logits (0: none), in
+    x's precision (the reference engine's float32, this op's float64 oracle)."""
+    return cap * np.tanh(x / cap) if cap else x
+
+
 def _reference(spec, case):
-    cap = spec.p["cap"]
-    return {"y": cap * np.tanh(case.buffers["x"].astype(np.float64) / cap)}
+    return {"y": softcap(case.buffers["x"].astype(np.float64), spec.p["cap"])}
 
 
 SIMD = "tuned: exp with vscalefps (AVX-512), lane-masked tails, unrolled"

@@ -16,6 +16,8 @@ value that we may flush to +-0.)
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from .base import Case, Op, Variant
@@ -33,6 +35,17 @@ def _case(spec, rng, n):
     y = np.full((n, F), np.nan, np.float32)
     bufs = {"g": g, "u": u, "y": y}
     return Case(bufs, OP.pack(bufs, n=n), ("y",))
+
+
+def silu(x: np.ndarray) -> np.ndarray:
+    return x / (1.0 + np.exp(-x))
+
+
+def gelu(x: np.ndarray) -> np.ndarray:
+    """GELU, tanh approximation (as llama.cpp's ggml_gelu and Gemma's gelu_pytorch_tanh), the
+    reference engine's form (float32); the oracle below uses its exact rewrite, stable in the
+    tail for float64 checks of the kernel."""
+    return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
 
 
 def _reference(spec, case):

@@ -11,12 +11,21 @@ they cannot (the reference engine).
 
 from __future__ import annotations
 
-from typing import Protocol, Sequence
+from typing import TYPE_CHECKING, Protocol, Sequence
+
+if TYPE_CHECKING:
+    from .codegen.isa import ISA
+    from .codegen.kernels import Kernel
+    from .codegen.spec import KernelSpec
+    from .dispatch import DispatchTable
 
 
 class KernelPlan(Protocol):
-    isa: object                       # codegen.isa.ISA the kernels are built for
-    table: object                     # reame.dispatch.DispatchTable: the live slots
+    isa: "ISA"                        # the level the kernels are built for
+    # the live slots, one per op site of every program (named `<site>@<bucket>`, as the plans
+    # of reame/jit/plan.py list them): the one way the plan changes is table.stage(slot,
+    # kernel) (a variant swapped in at the next step boundary, checked first) and rollback
+    table: "DispatchTable"
     buckets: Sequence[int]            # the step programs, by the most tokens each runs
 
     def program_of(self, n_tokens: int) -> int:
@@ -32,5 +41,5 @@ class KernelPlan(Protocol):
     def slot_cycles(self, slots: Sequence[int]) -> float:
         """CPU cycles timed so far in these slots (summed)."""
 
-    def kernel(self, spec) -> object:
+    def kernel(self, spec: "KernelSpec") -> "Kernel":
         """The kernel of a codegen.spec.KernelSpec, built once and kept."""

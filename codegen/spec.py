@@ -76,6 +76,18 @@ def _seq(n: int, ty: str = "i32", start: int = 0, step: int = 1) -> str:
     return "<" + ", ".join(f"{ty} {start + i * step}" for i in range(n)) + ">"
 
 
+def hx(v: int, bits: int = 64) -> str:
+    """`{{ hx(v, bits) }}`: the bit pattern v as an LLVM hex integer constant, `u0x...` (zero-padded
+    to bits / 4 digits). LLVM reads u0x as the raw bits of the operand's type (i8 u0x80 is -128,
+    i32 u0xC0C0C0C0 is -1061109568) and silently truncates wider ones, hence the range check.
+    Masks and other bit patterns in templates are written this way, literal ones as plain IR
+    text: `and i32 %x, u0x3F3F3F3F`, `splat(16, "i32", "u0x0F0F0F0F")`. (Never s0x: LLVM sizes
+    it by its significant bits, so s0x3F3F3F3F is negative.)"""
+    if not 0 <= v < 1 << bits:
+        raise ValueError(f"hx: {v} is not a {bits}-bit pattern")
+    return "u0x%0*X" % ((bits + 3) // 4, v)
+
+
 def _fail(msg: str):
     """`{{ fail("...") }}` in a template: a spec the template cannot render is an error."""
     raise ValueError(msg)
@@ -93,7 +105,7 @@ def environment() -> jinja2.Environment:
                                  autoescape=False)
         env.globals.update(vec=_vec, splat=_splat, seq=_seq, f32=f32_hex, f64=f64_hex,
                            range=range, min=min, max=max, len=len, enumerate=enumerate,
-                           fail=_fail,
+                           fail=_fail, hx=hx,
                            panel_offsets=panel_layout.record_offsets,
                            panel_segments=lambda dtype: panel_layout.SEGMENTS[dtype],
                            panel_record=panel_layout.record_bytes,

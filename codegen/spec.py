@@ -87,7 +87,8 @@ def ssa(stem: str, *parts: str | int) -> str:
     `stem` is a name or a name prefix (`%` added when missing); a string part adds `.part`, an
     int its decimal digits, after `_` when the name so far ends in a digit:
 
-        ssa("%k.t3", "I", 0, 5) = "%k.t3.I0_5"   ssa("%k.W", 3) = "%k.W3"   ssa("%k.W3", 5) = "%k.W3_5"
+        ssa("%k.t3", "I", 0, 5) = "%k.t3.I0_5"    ssa("%k.W", 3) = "%k.W3"
+        ssa("%k.W3", 5) = "%k.W3_5"
 
     so a macro handed ssa("%k.W", j) names its values ssa(W, g), the same as ssa("%k.W", j, g).
     The result is checked against LLVM's syntax for local names."""

@@ -1,4 +1,4 @@
-; golden: matmul_q8_Q4_K_kvnni: matmul_q8/Q4_K/kvnni@avx512_vnni[K=256,M=64,acc=0,nt=1,pf=8192,u=1]
+; golden: matmul_q8_Q4_K_kvnni: matmul_q8/Q4_K/kvnni@avx512_vnni[K=256,M=64,acc=0,nt=1,pf_bytes=8192,u=1]
 ; symbol: reame_matmul_q8_Q4_K_kvnni_avx512_vnni_e73036856f99
 ; matmul_q8 (Q4_K, AVX-512 VNNI): y[n, M] = dequant(w)[M, K] @ dequant(xq)[n, K]^T
 ; One zmm holds 64 consecutive weight quants as unsigned bytes (two 32-blocks), multiplied with

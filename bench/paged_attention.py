@@ -113,7 +113,7 @@ def main(argv=None) -> int:
 
 
 def tiles(spec) -> str:
-    keep = ("vl", "kb", "pf", "rb", "bk", "nmv")
+    keep = ("vl", "kb", "pf_loc", "rb", "bk", "nmv")
     return ",".join(f"{k}={v}" for k, v in spec.params if k in keep)
 
 

@@ -10,6 +10,7 @@ hashes the rendered text, so a re-rendered variant can never shadow a live one.
 from __future__ import annotations
 
 import hashlib
+import re
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -76,6 +77,52 @@ def _seq(n: int, ty: str = "i32", start: int = 0, step: int = 1) -> str:
     return "<" + ", ".join(f"{ty} {start + i * step}" for i in range(n)) + ">"
 
 
+_SSA_STEM = re.compile(r"[-a-zA-Z$._][-a-zA-Z$._0-9]*")
+
+
+def ssa(stem: str, *parts: str | int) -> str:
+    """`{{ ssa(o, "I", i, g) }}`: an SSA value name made from its parts, instead of joining strings
+    with `~` (o ~ ".I" ~ i ~ "_" ~ g). A pure function: the same parts give the same name, so a
+    value is named by one call where it is defined and by the same call wherever it is used.
+    `stem` is a name or a name prefix (`%` added when missing); a string part adds `.part`, an
+    int its decimal digits, after `_` when the name so far ends in a digit:
+
+        ssa("%k.t3", "I", 0, 5) = "%k.t3.I0_5"    ssa("%k.W", 3) = "%k.W3"
+        ssa("%k.W3", 5) = "%k.W3_5"
+
+    so a macro handed ssa("%k.W", j) names its values ssa(W, g), the same as ssa("%k.W", j, g).
+    The result is checked against LLVM's syntax for local names."""
+    return "%" + stem_of(stem, *parts)
+
+
+def stem_of(stem: str, *parts: str | int) -> str:
+    """`{{ stem(tag, "u", u) }}`: ssa()'s name without the `%`, for the prefixes templates write as
+    `%{{ P }}.x` and for block labels (`{{ P }}.row:`)."""
+    name = stem[1:] if stem.startswith("%") else stem
+    for part in parts:
+        if isinstance(part, bool) or not isinstance(part, (int, str)):
+            raise ValueError(f"ssa: part {part!r} of {stem!r} is not a string or an int")
+        if isinstance(part, int):
+            name += ("_" if name[-1:].isdigit() else "") + str(part)
+        else:
+            name += "." + part
+    if not _SSA_STEM.fullmatch(name):
+        raise ValueError(f"ssa: %{name!r} is not an LLVM local name")
+    return name
+
+
+def hx(v: int, bits: int = 64) -> str:
+    """`{{ hx(v, bits) }}`: the bit pattern v as an LLVM hex integer constant, `u0x...` (zero-padded
+    to bits / 4 digits). LLVM reads u0x as the raw bits of the operand's type (i8 u0x80 is -128,
+    i32 u0xC0C0C0C0 is -1061109568) and silently truncates wider ones, hence the range check.
+    Masks and other bit patterns in templates are written this way, literal ones as plain IR
+    text: `and i32 %x, u0x3F3F3F3F`, `splat(16, "i32", "u0x0F0F0F0F")`. (Never s0x: LLVM sizes
+    it by its significant bits, so s0x3F3F3F3F is negative.)"""
+    if not 0 <= v < 1 << bits:
+        raise ValueError(f"hx: {v} is not a {bits}-bit pattern")
+    return "u0x%0*X" % ((bits + 3) // 4, v)
+
+
 def _fail(msg: str):
     """`{{ fail("...") }}` in a template: a spec the template cannot render is an error."""
     raise ValueError(msg)
@@ -93,7 +140,7 @@ def environment() -> jinja2.Environment:
                                  autoescape=False)
         env.globals.update(vec=_vec, splat=_splat, seq=_seq, f32=f32_hex, f64=f64_hex,
                            range=range, min=min, max=max, len=len, enumerate=enumerate,
-                           fail=_fail,
+                           fail=_fail, hx=hx, ssa=ssa, stem=stem_of,
                            panel_offsets=panel_layout.record_offsets,
                            panel_segments=lambda dtype: panel_layout.SEGMENTS[dtype],
                            panel_record=panel_layout.record_bytes,

@@ -21,6 +21,7 @@ from bench.synth import synth_model
 from reame.adaptive import AdaptiveRuntime, store
 from reame.adaptive.decide import Comparison
 from reame.codegen.compiler import KERNEL_CFUNC
+from reame.codegen.spec import KernelSpec
 from reame.codegen.kernels import Kernel
 from reame.engines import create_engine
 from reame.generate import Generation
@@ -295,6 +296,29 @@ def test_strategy_round_trip_and_bad_files(model, tmp_path, caplog):
             assert rt3.load() is None
         assert "ignored" in caplog.text
         caplog.clear()
+
+
+def test_a_strategy_with_renamed_tile_keys_is_ignored_with_a_warning(model, tmp_path, caplog):
+    """A strategy saved before a tile key was renamed (issue 31: `pf` split into `pf_bytes` and
+    `pf_loc`) names a spec no registry makes any more: the choice is ignored with a warning
+    naming the file, the start-up kernel stays, and the rest of the file still loads."""
+    rt = AdaptiveRuntime(engine(model), SchedulerParams(max_batch=4), state_dir=tmp_path)
+    renamed = {"pf_bytes": "pf", "pf_loc": "pf"}
+    cls, new = next((c, s) for c in rt.tuner.classes.values() for s in c.candidates
+                    if any(k in renamed for k, _ in s.params))
+    old = KernelSpec.make(new.op, new.dtype, new.family, new.level,
+                          **{renamed.get(k, k): v for k, v in new.params})
+    store.save(rt.path, rt.ident, {cls.key: old}, {"token_budget": 128})
+
+    eng2 = engine(model)
+    params2 = SchedulerParams(max_batch=4, token_budget=256)
+    rt2 = AdaptiveRuntime(eng2, params2, state_dir=tmp_path)
+    with caplog.at_level("WARNING", logger="reame.adaptive"):
+        assert rt2.load() == 0
+    assert "not one of its variants" in caplog.text and str(rt.path) in caplog.text
+    eng2.table.commit()
+    assert eng2.table.slots[cls.slots[0]].kernel.spec == cls.origin
+    assert params2.token_budget == 128
 
 
 def test_report_counts_match_what_happened(model, tmp_path):

@@ -79,8 +79,8 @@ def test_panel_equals_matmul_q8k_panel_bit_for_bit(dtype, nt):
     if not isa.has("avx512_vnni"):
         pytest.skip("no AVX-512 VNNI here")
     M, K, n = 64, 1280, 11
-    tile = {"nt": nt, "pf": 3}
-    rp = KernelSpec.make(OP.name, dtype, "panel", isa.level, M=M, K=K, acc=0, pd=8192, **tile)
+    tile = {"nt": nt, "pf_loc": 3}
+    rp = KernelSpec.make(OP.name, dtype, "panel", isa.level, M=M, K=K, acc=0, pf_bytes=8192, **tile)
     base = KernelSpec.make("matmul_q8k", dtype, "panel", isa.level, M=M, K=K, acc=0, **tile)
     case = OP.make_case(rp, np.random.default_rng(5), n)
     q8k_op = get_op("matmul_q8k")

@@ -18,8 +18,9 @@ LLAMA_SWA_TYPE_STANDARD); the key loop starts at the block holding key max(0, po
 each score becomes softcap * tanh(scale q.k / softcap) before masking and softmax, tanh(x) =
 1 - 2 / (e^2x + 1) with our exp (+-1 exactly for large |x|).
 Threading: units (token, kv head) in contiguous ranges of equal estimated cost (keys + 32).
-Tiles: vl (keys per score vector = lanes), kb (score vectors per key block), pf (software
-prefetch of the next block's K/V rows: the keys come from DRAM at long contexts). Paged, a key
+Tiles: vl (keys per score vector = lanes), kb (score vectors per key block), pf_loc
+(software prefetch of the next block's K/V rows, the keys coming from DRAM at long contexts: its
+locality hint, 3 = prefetcht0, 0 = off; the panels' key, so one name means one thing). Paged, a key
 block of vl * kb keys must divide BS (it then lies in one KV block): `fits` filters the tiles.
 Tolerance: rtol 2e-5, atol 2e-5 against float64 on the same (f16-rounded) cache values: f32 dot
 products and running sums (errors ~1e-6 of the scores), exp < 1 ulp.
@@ -111,12 +112,14 @@ OP = Op(
     args=("q", "kc", "vc", "out", "pos", "seq", "bt", "n"),
     dims=("H", "Hkv", "D", "Dv", "C", "BS", "kv", "scale", "swa", "softcap"),
     variants=(
-        Variant("generic", "generic", ("F32",), ({"vl": 4, "kb": 4, "pf": 0},),
+        Variant("generic", "generic", ("F32",), ({"vl": 4, "kb": 4, "pf_loc": 0},),
                 "portable: 4 keys per score vector, 16-key blocks"),
-        Variant("simd", "avx2", ("F32",), ({"vl": 8, "kb": 2, "pf": 1}, {"vl": 8, "kb": 4, "pf": 1}),
+        Variant("simd", "avx2", ("F32",), ({"vl": 8, "kb": 2, "pf_loc": 3},
+                                           {"vl": 8, "kb": 4, "pf_loc": 3}),
                 SIMD),
-        Variant("simd", "avx512", ("F32",), ({"vl": 16, "kb": 2, "pf": 1}, {"vl": 16, "kb": 4, "pf": 1},
-                                             {"vl": 16, "kb": 1, "pf": 1}), SIMD),
+        Variant("simd", "avx512", ("F32",), ({"vl": 16, "kb": 2, "pf_loc": 3},
+                                             {"vl": 16, "kb": 4, "pf_loc": 3},
+                                             {"vl": 16, "kb": 1, "pf_loc": 3}), SIMD),
     ),
     make_case=_case,
     reference=case_reference,

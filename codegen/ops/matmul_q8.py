@@ -112,22 +112,23 @@ OP = Op(
     variants=(
         Variant("generic", "generic", LEGACY + LEVELS4, ({"nt": 1}, {"nt": 4}),
                 "portable vector IR: sext i8 -> i32, mul, reduce add; " + _TOKENS_DOC),
-        Variant("avx2", "avx2", LEGACY, ({"nt": 1, "u": 2, "pf": 8192}, {"nt": 4, "u": 1}),
+        Variant("avx2", "avx2", LEGACY, ({"nt": 1, "u": 2, "pf_bytes": 8192}, {"nt": 4, "u": 1}),
                 "AVX2: one block per vpmaddubsw + vpmaddwd; " + _TOKENS_DOC
-                + ", u = blocks per loop step, pf = weight prefetch distance (bytes)"),
+                + ", u = blocks per loop step, pf_bytes = weight prefetch distance (bytes)"),
         Variant("vnni", "avx512_vnni", LEGACY + LEVELS4,
-                ({"nt": 1, "u": 2, "pf": 8192}, {"nt": 1, "u": 4, "pf": 8192},
+                ({"nt": 1, "u": 2, "pf_bytes": 8192}, {"nt": 1, "u": 4, "pf_bytes": 8192},
                  {"nt": 4, "u": 1}, {"nt": 8, "u": 1}),
                 "AVX-512 VNNI: two blocks per vpdpbusd, zero points folded into the accumulator; "
-                + _TOKENS_DOC + ", u = block pairs per loop step, pf = weight prefetch distance"),
+                + _TOKENS_DOC + ", u = block pairs per loop step, pf_bytes = weight prefetch "
+                "distance (bytes)"),
         Variant("panel", "avx512_vnni", PANEL_FAMILY_TYPES,
-                ({"nt": 1, "pf": 3}, {"nt": 4, "pf": 3}, {"nt": 8, "pf": 3}, {"nt": 8, "pf": 2},
-                 {"nt": 8}, {"nt": 16, "pf": 3}),
+                ({"nt": 1, "pf_loc": 3}, {"nt": 4, "pf_loc": 3}, {"nt": 8, "pf_loc": 3},
+                 {"nt": 8, "pf_loc": 2}, {"nt": 8}, {"nt": 16, "pf_loc": 3}),
                 "AVX-512 VNNI register tiles of 16 rows x nt tokens, rows in the vector lanes: "
                 "weight quants transposed per block, one vpdpbusd per dword and token with the "
                 "activation broadcast, scales applied to 16 rows per instruction; activations "
                 "repacked block-major per token tile; " + _TOKENS_DOC
-                + ", pf = next-panel prefetch locality (3: L1, 2: L2, none: off)"),
+                + ", pf_loc = next-panel prefetch locality (3: L1, 2: L2, none: off)"),
         AmxVariant("amx", "amx", PANEL_FAMILY_TYPES, ({"tc": 128}, {"tc": 64}),
                    "AMX-INT8: family `panel`'s arithmetic with the integer dots on tiles: per "
                    "16-row panel and token chunk the rows' blocks decoded once into int8 B tiles, "

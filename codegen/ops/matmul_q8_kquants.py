@@ -14,7 +14,7 @@ Families (templates/matmul_q8_<family>.ll.j2, skeleton in matmul_q8_k_common.ll.
     kavx2     AVX2: vpmaddubsw + vpmaddwd, sub-block scales folded into vpmaddwd
     kvnni     AVX-512 VNNI: vpdpbusd on 512-bit registers (u8 weights x s8 activations)
 Tiles: nt = tokens per weight pass (a row is unpacked once per nt tokens), u = superblocks
-per loop iteration, pf = software prefetch distance in bytes for the weight stream (decode).
+per loop iteration, pf_bytes = software prefetch distance in bytes for the weight stream (decode).
 Layouts and measured figures: docs/kernels-kquants.md.
 
 Hooks read by matmul_q8.py: VARIANTS, RANDOM_WEIGHTS (valid random K-quant blocks: gguf cannot
@@ -35,12 +35,14 @@ from .base import Case, Variant
 
 K_TYPES = ("Q4_K", "Q5_K", "Q6_K")          # the K-quants with Q8A kernels (type table: int_dot)
 ARGS = ("w", "xq", "y", "n")
-_TILES = "nt = tokens per weight pass, u = superblocks per loop step, pf = prefetch distance (B)"
+_TILES = ("nt = tokens per weight pass, u = superblocks per loop step, pf_bytes = prefetch "
+          "distance (B)")
 
 # the 1-row tiles of the K-quant families, shared with op matmul_q8k (same loop nest)
 TILES_PORTABLE = ({"nt": 1, "u": 1}, {"nt": 4, "u": 1})
-TILES_AVX2 = ({"nt": 1, "u": 1, "pf": 8192}, {"nt": 4, "u": 1})
-TILES_VNNI = ({"nt": 1, "u": 1, "pf": 8192}, {"nt": 1, "u": 2, "pf": 8192}, {"nt": 4, "u": 1},
+TILES_AVX2 = ({"nt": 1, "u": 1, "pf_bytes": 8192}, {"nt": 4, "u": 1})
+TILES_VNNI = ({"nt": 1, "u": 1, "pf_bytes": 8192}, {"nt": 1, "u": 2, "pf_bytes": 8192},
+              {"nt": 4, "u": 1},
               {"nt": 8, "u": 1})
 
 VARIANTS: tuple[Variant, ...] = (

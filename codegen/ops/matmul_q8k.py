@@ -30,8 +30,9 @@ Families (templates/matmul_q8k_<family>.ll.j2, skeleton in matmul_q8k_common.ll.
               each 16-row panel decoded once per token chunk into int8 B tiles (the weights'
               integer sub-scales folded in where the product fits int8), one tdpbssd per
               32-block and 16-token tile, its int32 tile scaled into 16 float accumulators
-Tiles: nt = tokens per weight pass, u = superblocks per loop step, pf = software prefetch
-distance (bytes) of the weight stream. Measured figures: docs/kernels-kquants.md.
+Tiles: nt = tokens per weight pass, u = superblocks per loop step, pf_bytes = software
+prefetch distance (bytes) of the weight stream; pf_loc = the panels' next-panel prefetch
+locality (3: L1, 2: L2, none: off). Measured figures: docs/kernels-kquants.md.
 
 The expected result is dequant(W) @ dequant(xq)^T in float64: the integer sums per superblock
 are exact, the error is float32 rounding of the per-superblock scale products and of the sums
@@ -56,7 +57,8 @@ from .matmul_q8_kquants import (TILES_AVX2, TILES_PORTABLE, TILES_VNNI, random_a
 K_TYPES = tuple(t.name for t in TENSOR_TYPES.values() if t.act_format == "q8k")   # Q8K types
 TUNED = ("Q4_K", "Q5_K", "Q6_K")   # types of the avx2 and panel families (generic, vnni: all)
 AMX_TYPES = ("Q2_K", "Q3_K", "IQ4_XS")   # types of the amx family
-_TILES = "nt = tokens per weight pass, u = superblocks per loop step, pf = prefetch distance (B)"
+_TILES = ("nt = tokens per weight pass, u = superblocks per loop step, pf_bytes = prefetch "
+          "distance (B)")
 
 
 def _case(spec, rng, n):
@@ -128,12 +130,13 @@ OP = Op(
                 "(weight sub-block scale x activation sub-scale), vpmaddwd/vpdpwssd; int32 sums "
                 "per superblock; " + _TILES),
         Variant("panel", "avx512_vnni", TUNED,
-                ({"nt": 4, "pf": 3}, {"nt": 8, "pf": 3}, {"nt": 8, "pf": 2}, {"nt": 8}),
+                ({"nt": 4, "pf_loc": 3}, {"nt": 8, "pf_loc": 3}, {"nt": 8, "pf_loc": 2},
+                 {"nt": 8}),
                 "AVX-512 VNNI register tiles of 16 rows x nt tokens, rows in the vector lanes: "
                 "each 32-block's quants transposed in registers, one vpdpbusd per dword and token "
                 "with the activation broadcast, sub-block scales as float lanes (16 rows per "
                 "instruction); activations repacked superblock-major per token tile; nt = tokens "
-                "per weight pass, pf = next-panel prefetch locality (3: L1, 2: L2, none: off)"),
+                "per weight pass, pf_loc = next-panel prefetch locality (3: L1, 2: L2, none: off)"),
         Variant("dotprod", "dotprod", K_TYPES, ({"nt": 1, "u": 1}, {"nt": 2, "u": 1},
                                                  {"nt": 4, "u": 1}),
                 "AArch64 dot product: a superblock unpacked to 16 signed byte halves once per "

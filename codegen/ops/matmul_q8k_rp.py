@@ -12,8 +12,8 @@ well as batches and prompts. Threads split the rows in whole panels.
 Families (templates/matmul_q8k_rp_<family>.ll.j2, which include matmul_q8k's):
     generic   matmul_q8k's generic kernel, each superblock gathered back from the record into a
               stack buffer first: the portable reference the dispatch table checks against
-    panel     matmul_q8k's row-panel kernel on records (AVX-512 VNNI); pd = prefetch distance
-              (bytes ahead in the record stream), pf = its locality hint
+    panel     matmul_q8k's row-panel kernel on records (AVX-512 VNNI); pf_bytes = prefetch
+              distance (bytes ahead in the record stream), pf_loc = its locality hint
 The expected result and tolerance are matmul_q8k's (same integer sums, same float steps).
 """
 
@@ -49,11 +49,11 @@ OP = Op(
         Variant("generic", "generic", K_TYPES, ({"nt": 1, "u": 1}, {"nt": 4, "u": 1}),
                 "matmul_q8k generic on superblocks gathered from the panel records"),
         Variant("panel", "avx512_vnni", K_TYPES,
-                ({"nt": 1, "pf": 3, "pd": 8192}, {"nt": 4, "pf": 3, "pd": 8192},
-                 {"nt": 8, "pf": 3, "pd": 8192}),
+                ({"nt": 1, "pf_loc": 3, "pf_bytes": 8192}, {"nt": 4, "pf_loc": 3, "pf_bytes": 8192},
+                 {"nt": 8, "pf_loc": 3, "pf_bytes": 8192}),
                 "matmul_q8k's row panels on the panel layout: 16 rows x nt tokens per register "
-                "tile, scales and quants loaded pre-transposed; pd = prefetch distance (B), "
-                "pf = its locality hint (3: L1)"),
+                "tile, scales and quants loaded pre-transposed; pf_bytes = prefetch distance (B), "
+                "pf_loc = its locality hint (3: L1)"),
     ),
     make_case=_case,
     reference=_reference,

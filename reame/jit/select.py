@@ -141,9 +141,9 @@ def choose(op_name: str, dtype: str, isa: ISA, n_tokens: int, **dims) -> KernelS
         tile = vt[1]
         tpp = tokens_per_pass(tile)
         # fewest weight passes, fewest rows, fewest tokens per pass, then the tile that
-        # prefetches nearest (pf = locality hint of the panels' next-panel prefetch)
+        # prefetches nearest (pf_loc = locality hint of the panels' next-panel prefetch)
         return (-(-n_tokens // tpp), tile.get("rows", 1), tpp,
-                -tile.get("pf", 0) if vt[0].family == "panel" else 0, vt[0].tiles.index(tile),
+                -tile.get("pf_loc", 0) if vt[0].family == "panel" else 0, vt[0].tiles.index(tile),
                 sorted(tile.items()))
     v, tile = min(cands, key=cost)
     return KernelSpec.make(op_name, dtype, v.family, isa.level, **tile, **dims)

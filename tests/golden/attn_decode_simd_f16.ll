@@ -1,4 +1,4 @@
-; golden: attn_decode_simd_f16: attn_decode/F32/simd@avx2[BS=32,C=4096,D=64,Dv=64,H=14,Hkv=2,kb=2,kv=f16,pf=1,scale=0.125,vl=8]
+; golden: attn_decode_simd_f16: attn_decode/F32/simd@avx2[BS=32,C=4096,D=64,Dv=64,H=14,Hkv=2,kb=2,kv=f16,pf_loc=3,scale=0.125,vl=8]
 ; symbol: reame_attn_decode_F32_simd_avx2_b35bc34414e0
 ; attn_decode: grouped-query attention of each token over its own KV-cache prefix, with an
 ; online softmax (one pass over the keys, running max and sum): memory is O(G * Dv).

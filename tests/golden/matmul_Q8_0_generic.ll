@@ -1,5 +1,5 @@
 ; golden: matmul_Q8_0_generic: matmul/Q8_0/generic@generic[K=64,M=64,acc=0,nt=4,rows=1,vl=4]
-; symbol: reame_matmul_Q8_0_generic_generic_829cb2cae6d4
+; symbol: reame_matmul_Q8_0_generic_generic_849daf95417f
 ; matmul (generic): y[n, M] = x[n, K] @ W[M, K]^T, W Q8_0, M = 64, K = 64
 ; args: [0] w: M rows of 68 bytes   [1] x: f32 [n, K]   [2] y: f32 [n, M]   [3] n
 ; 4 lanes; tile 1 rows x 4 tokens (weights dequantised once per tile, used for
@@ -28,15 +28,15 @@ loop:                                           ; one block / group of 32 elemen
   %h0.d.p = getelementptr i8, ptr %b0, i64 0
   %h0.d.h = load i16, ptr %h0.d.p, align 1
   %h0.d.z = zext i16 %h0.d.h to i32
-  %h0.d.em = and i32 %h0.d.z, 32767
-  %h0.d.sg0 = and i32 %h0.d.z, 32768
+  %h0.d.em = and i32 %h0.d.z, u0x7FFF
+  %h0.d.sg0 = and i32 %h0.d.z, u0x8000
   %h0.d.sg = shl i32 %h0.d.sg0, 16
   %h0.d.sh = shl i32 %h0.d.em, 13
   %h0.d.f0 = bitcast i32 %h0.d.sh to float
   %h0.d.f1 = fmul float %h0.d.f0, 0x46F0000000000000
   %h0.d.b1 = bitcast float %h0.d.f1 to i32
-  %h0.d.inf = icmp uge i32 %h0.d.em, 31744
-  %h0.d.bi = or i32 %h0.d.sh, 2139095040
+  %h0.d.inf = icmp uge i32 %h0.d.em, u0x7C00
+  %h0.d.bi = or i32 %h0.d.sh, u0x7F800000
   %h0.d.b2 = select i1 %h0.d.inf, i32 %h0.d.bi, i32 %h0.d.b1
   %h0.d.b3 = or i32 %h0.d.b2, %h0.d.sg
   %h0.d = bitcast i32 %h0.d.b3 to float
@@ -161,15 +161,15 @@ loop:                                           ; one block / group of 32 elemen
   %h0.d.p = getelementptr i8, ptr %b0, i64 0
   %h0.d.h = load i16, ptr %h0.d.p, align 1
   %h0.d.z = zext i16 %h0.d.h to i32
-  %h0.d.em = and i32 %h0.d.z, 32767
-  %h0.d.sg0 = and i32 %h0.d.z, 32768
+  %h0.d.em = and i32 %h0.d.z, u0x7FFF
+  %h0.d.sg0 = and i32 %h0.d.z, u0x8000
   %h0.d.sg = shl i32 %h0.d.sg0, 16
   %h0.d.sh = shl i32 %h0.d.em, 13
   %h0.d.f0 = bitcast i32 %h0.d.sh to float
   %h0.d.f1 = fmul float %h0.d.f0, 0x46F0000000000000
   %h0.d.b1 = bitcast float %h0.d.f1 to i32
-  %h0.d.inf = icmp uge i32 %h0.d.em, 31744
-  %h0.d.bi = or i32 %h0.d.sh, 2139095040
+  %h0.d.inf = icmp uge i32 %h0.d.em, u0x7C00
+  %h0.d.bi = or i32 %h0.d.sh, u0x7F800000
   %h0.d.b2 = select i1 %h0.d.inf, i32 %h0.d.bi, i32 %h0.d.b1
   %h0.d.b3 = or i32 %h0.d.b2, %h0.d.sg
   %h0.d = bitcast i32 %h0.d.b3 to float
@@ -360,7 +360,7 @@ tail:
 }
 
 
-define void @reame_matmul_Q8_0_generic_generic_829cb2cae6d4(ptr noalias nocapture readonly %args, i32 %ith, i32 %nth) {
+define void @reame_matmul_Q8_0_generic_generic_849daf95417f(ptr noalias nocapture readonly %args, i32 %ith, i32 %nth) {
 entry:
   %w = load ptr, ptr %args
   %a1 = getelementptr i64, ptr %args, i64 1

@@ -1,5 +1,5 @@
-; golden: matmul_q8_Q4_K_kvnni: matmul_q8/Q4_K/kvnni@avx512_vnni[K=256,M=64,acc=0,nt=1,pf=8192,u=1]
-; symbol: reame_matmul_q8_Q4_K_kvnni_avx512_vnni_e5edf401113e
+; golden: matmul_q8_Q4_K_kvnni: matmul_q8/Q4_K/kvnni@avx512_vnni[K=256,M=64,acc=0,nt=1,pf_bytes=8192,u=1]
+; symbol: reame_matmul_q8_Q4_K_kvnni_avx512_vnni_e73036856f99
 ; matmul_q8 (Q4_K, AVX-512 VNNI): y[n, M] = dequant(w)[M, K] @ dequant(xq)[n, K]^T
 ; One zmm holds 64 consecutive weight quants as unsigned bytes (two 32-blocks), multiplied with
 ; the 64 matching activation int8s by vpdpbusd into 16 int32 lanes (8 lanes per 32-block, 4 per
@@ -18,7 +18,7 @@
 ;       [2] y: f32 [n, M]   [3] n: tokens
 ; M = 64, K = 256 (1 superblocks, 144 B a row), 1820 rows per L2 chunk,
 ; tiles of 1 tokens, superblock loop unrolled 1x
-define void @reame_matmul_q8_Q4_K_kvnni_avx512_vnni_e5edf401113e(ptr noalias nocapture readonly %args, i32 %ith, i32 %nth) {
+define void @reame_matmul_q8_Q4_K_kvnni_avx512_vnni_e73036856f99(ptr noalias nocapture readonly %args, i32 %ith, i32 %nth) {
 entry:
   %w = load ptr, ptr %args, align 8
   %arg1 = getelementptr i64, ptr %args, i64 1
@@ -94,11 +94,11 @@ t1.sb:
   %t1.u0.k.u = load <3 x i32>, ptr %t1.u0.k.p0, align 1
   %t1.u0.k.a = shufflevector <3 x i32> %t1.u0.k.u, <3 x i32> poison, <4 x i32> <i32 0, i32 0, i32 1, i32 1>
   %t1.u0.k.b = shufflevector <3 x i32> %t1.u0.k.u, <3 x i32> poison, <4 x i32> <i32 2, i32 2, i32 2, i32 2>
-  %t1.u0.k.lo = and <4 x i32> %t1.u0.k.a, <i32 1061109567, i32 0, i32 1061109567, i32 0>
+  %t1.u0.k.lo = and <4 x i32> %t1.u0.k.a, <i32 u0x3F3F3F3F, i32 0, i32 u0x3F3F3F3F, i32 0>
   %t1.u0.k.as = lshr <4 x i32> %t1.u0.k.a, splat (i32 2)
-  %t1.u0.k.ah = and <4 x i32> %t1.u0.k.as, <i32 0, i32 808464432, i32 0, i32 808464432>
+  %t1.u0.k.ah = and <4 x i32> %t1.u0.k.as, <i32 0, i32 u0x30303030, i32 0, i32 u0x30303030>
   %t1.u0.k.bs = lshr <4 x i32> %t1.u0.k.b, <i32 0, i32 0, i32 0, i32 4>
-  %t1.u0.k.bh = and <4 x i32> %t1.u0.k.bs, <i32 0, i32 252645135, i32 0, i32 252645135>
+  %t1.u0.k.bh = and <4 x i32> %t1.u0.k.bs, <i32 0, i32 u0x0F0F0F0F, i32 0, i32 u0x0F0F0F0F>
   %t1.u0.k.o1 = or <4 x i32> %t1.u0.k.lo, %t1.u0.k.ah
   %t1.u0.k.w = or <4 x i32> %t1.u0.k.o1, %t1.u0.k.bh
   %t1.u0.k.v = bitcast <4 x i32> %t1.u0.k.w to <16 x i8>

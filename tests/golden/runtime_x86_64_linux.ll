@@ -182,11 +182,11 @@ op:                                           ; ---- op i: decode its record
 claim:                                        ; ---- claim the next slice (CAS, tag-checked)
   %tsum = phi i64 [ 0, %op ], [ %tsum1, %ran ], [ %tsum1, %announce ], [ %tsum, %try ]
   %cur = load atomic i64, ptr %pclaim acquire, align 8
-  %curtag = and i64 %cur, -4294967296
+  %curtag = and i64 %cur, u0xFFFFFFFF00000000
   %mine = icmp eq i64 %curtag, %tagh
   br i1 %mine, label %claimtag, label %stale
 claimtag:
-  %k = and i64 %cur, 4294967295
+  %k = and i64 %cur, u0xFFFFFFFF
   %left = icmp ult i64 %k, %nch
   br i1 %left, label %try, label %claimed_all
 try:

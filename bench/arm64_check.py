@@ -21,7 +21,7 @@ On an x86-64 (or any) Linux host with qemu-user-static, without binfmt_misc or a
    - detection: the levels must include neon, dotprod, i8mm and sve (qemu's default CPU reports
      asimddp, i8mm, sve, sve2 in HWCAP/HWCAP2);
    - kernels: tests/test_kernels_arm.py (every ARM family x type x tile at its own level) and,
-     unless --quick, tests/test_kernels_matmul_q8.py / _q8k.py at the native (sve) level, neon
+     unless --quick, tests/test_kernels_matmul_q8a.py / _q8k.py at the native (sve) level, neon
      and generic;
    - stories260K: the JIT engine at each level neon, dotprod, i8mm, sve (REAME_ISA) against
      llama.cpp's greedy tokens and first-step logits (tests/test_jit_engine.py), and unless
@@ -496,7 +496,7 @@ def run_checks(guest: Guest, a) -> bool:
     # (native = sve, neon, generic), which cover the families at sve and the generic ones
     kernel_tests = ["tests/test_kernels_arm.py"]
     if not a.quick:
-        kernel_tests += ["tests/test_kernels_matmul_q8.py", "tests/test_kernels_matmul_q8k.py"]
+        kernel_tests += ["tests/test_kernels_matmul_q8a.py", "tests/test_kernels_matmul_q8k.py"]
     c.pytest("kernels", kernel_tests, min_passed=100)
     # (b) stories260K greedy at each level, and the reference engine
     # (not test_every_kernel_is_timed: qemu-user's CNTVCT_EL0 moves in 1 us steps, so a kernel

@@ -45,18 +45,18 @@ CPUS = {
 }
 
 # (op, family, level, dtype, tile, blocks of 32 x rows x tokens per loop iteration)
-DIMS = {"matmul_q8": dict(M=4096, K=4096, acc=0), "matmul_q8k": dict(M=4096, K=4096, acc=0)}
+DIMS = {"matmul_q8a": dict(M=4096, K=4096, acc=0), "matmul_q8k": dict(M=4096, K=4096, acc=0)}
 
 
 def cases():
     out = []
     for dtype in ("Q8_0", "Q4_0", "Q4_1", "Q5_0", "IQ4_NL"):
         for nt in (1, 4):
-            out.append(("matmul_q8", "generic", "neon", dtype, {"nt": nt}, (1, 1, nt)))
-            out.append(("matmul_q8", "generic", "dotprod", dtype, {"nt": nt}, (1, 1, nt)))
-            out.append(("matmul_q8", "dotprod", "dotprod", dtype, {"nt": nt}, (4, 1, nt)))
+            out.append(("matmul_q8a", "generic", "neon", dtype, {"nt": nt}, (1, 1, nt)))
+            out.append(("matmul_q8a", "generic", "dotprod", dtype, {"nt": nt}, (1, 1, nt)))
+            out.append(("matmul_q8a", "dotprod", "dotprod", dtype, {"nt": nt}, (4, 1, nt)))
         for nt in (2, 4):
-            out.append(("matmul_q8", "i8mm", "i8mm", dtype, {"nt": nt}, (1, 2, nt)))
+            out.append(("matmul_q8a", "i8mm", "i8mm", dtype, {"nt": nt}, (1, 2, nt)))
     for dtype in ("Q4_K", "Q5_K", "Q6_K", "Q2_K", "Q3_K", "IQ4_XS"):
         for nt in (1, 4):
             tile = {"nt": nt, "u": 1}

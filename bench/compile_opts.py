@@ -37,8 +37,8 @@ def cases(isa):
         spec = choose(op, dtype, isa, n, **dims)       # the engine's starting variant
         out.append((f"{op} {dtype} n={n}", get_op(op), spec, n))
 
-    pick("matmul_q8", "Q8_0", 1, M=896, K=896, acc=0)
-    pick("matmul_q8", "Q4_K", 8, M=896, K=1024, acc=0)
+    pick("matmul_q8a", "Q8_0", 1, M=896, K=896, acc=0)
+    pick("matmul_q8a", "Q4_K", 8, M=896, K=1024, acc=0)
     pick("matmul", "F32", 1, M=896, K=896, acc=0)
     pick("matmul", "F16", 64, M=256, K=896, acc=0)
     pick("attn_decode", "F32", 4, H=14, Hkv=2, D=64, Dv=64, C=512, BS=64, kv="f16", scale=0.125)

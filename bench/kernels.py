@@ -5,7 +5,7 @@ matmul-like op, type and variant, and compile/cache-load times.
 
 1. Streaming-read bandwidth of this machine, measured in the same run: the `read_bw` kernel over
    a buffer much larger than the caches, 1 thread and all cores.
-2. For every registered matmul-like op (`matmul`, and `matmul_q8` + `quantize_q8` when present),
+2. For every registered matmul-like op (`matmul`, and `matmul_q8a` + `quantize_q8a` when present),
    every tensor type and every variant x tile at this machine's level: the kernel is validated
    (Op.check) before it is timed, then
    - matrix-vector (n = 1) throughput in GB/s of weight bytes, 1 thread and all cores, for the
@@ -182,7 +182,7 @@ def weight_set(dtype, M, K, total_bytes, rng):
 
 def matmul_like_ops() -> list:
     found = [o for o in ops().values() if "w" in o.args and {"M", "K"} <= set(o.dims)]
-    order = {"matmul": 0, "matmul_q8": 1}
+    order = {"matmul": 0, "matmul_q8a": 1}
     return sorted(found, key=lambda o: (order.get(o.name, 2), o.name))
 
 
@@ -191,7 +191,7 @@ def matmul_like_ops() -> list:
 def model_specs(isa, mix: str) -> list[KernelSpec]:
     """The kernels a Qwen2.5-0.5B forward pass needs from the matmul path: per distinct
     (dtype, M, K, acc) one decode and one prefill variant of every matmul-like op that runs the
-    type, plus get_rows, quantize_q8 and rms_norm at the model's sizes."""
+    type, plus get_rows, quantize_q8a and rms_norm at the model's sizes."""
     h, f, kv, vocab = QWEN05["hidden"], QWEN05["ffn"], QWEN05["kv"], QWEN05["vocab"]
 
     def fit(dtype, K):                     # llama.cpp's fallback for rows that are not whole blocks
@@ -227,8 +227,8 @@ def model_specs(isa, mix: str) -> list[KernelSpec]:
                 specs += list(by_family.values())[-2:]
     all_ops = ops()
     extra = [("get_rows", embd, {"K": h})]
-    if "quantize_q8" in all_ops:
-        extra += [("quantize_q8", "F32", {"K": h}), ("quantize_q8", "F32", {"K": f})]
+    if "quantize_q8a" in all_ops:
+        extra += [("quantize_q8a", "F32", {"K": h}), ("quantize_q8a", "F32", {"K": f})]
     if "rms_norm" in all_ops:
         extra += [("rms_norm", "F32", {"K": h, "eps": 1e-6})]
     for name, dtype, d in extra:
@@ -337,14 +337,14 @@ def run(quick: bool, types: list[str] | None, only_ops: list[str] | None) -> dic
         f"{nth}t {bw[str(nth)]:.1f} GB/s" for nth in nths), flush=True)
 
     # activation quantisation (the integer path's other half), when it exists
-    q = ops().get("quantize_q8")
-    if q is not None and (not only_ops or "quantize_q8" in only_ops):
+    q = ops().get("quantize_q8a")
+    if q is not None and (not only_ops or "quantize_q8a" in only_ops):
         qrows = []
         for spec in q.specs("F32", isa, **{**q.example_dims, "K": K}):
             kernel = build(spec, isa, cold)
             specs_built.append((spec, cold.stats.log[-1][2]))
             ok, worst = q.check(kernel)
-            row = {"op": "quantize_q8", "label": spec.label(), "valid": ok}
+            row = {"op": "quantize_q8a", "label": spec.label(), "valid": ok}
             if ok:
                 for n in (1, n_mm):
                     blocks, case = arg_blocks(q, spec, n, None, rng)
@@ -356,7 +356,7 @@ def run(quick: bool, types: list[str] | None, only_ops: list[str] | None) -> dic
             print(f"  {spec.label():72s} " + "  ".join(
                 f"n={n}: " + " ".join(f"{row.get(f'us_n{n}_{nth}', float('nan')):.1f}us" for nth in nths)
                 for n in (1, n_mm)), flush=True)
-        out["quantize_q8"] = qrows
+        out["quantize_q8a"] = qrows
 
     # compile cold (measured above, fresh cache) vs warm (a new compiler loading that cache)
     comp = []
@@ -440,12 +440,12 @@ def markdown(res: dict) -> str:
             for n in nths) + " | " + " | ".join(
             f"{b[f'mm{n}']:.1f}" + (f" ({100 * b[f'mm{n}'] / npg[n]:.0f}%)" if npg.get(n) else "")
             + f" | {b[f'mmc{n}']:.1f}" for n in nths) + " |")
-    if res.get("quantize_q8"):
-        L += ["", "## quantize_q8 (f32 -> Q8A activations), K = " + str(K), "",
+    if res.get("quantize_q8a"):
+        L += ["", "## quantize_q8a (f32 -> Q8A activations), K = " + str(K), "",
               "| variant | " + " | ".join(f"n=1 us {n}t" for n in nths) + " | "
               + " | ".join(f"n={n_mm} us {n}t" for n in nths) + " |",
               "|" + "---|" * (1 + 2 * len(nths))]
-        for r in res["quantize_q8"]:
+        for r in res["quantize_q8a"]:
             L.append(f"| {r['label']} | " + " | ".join(
                 f"{r.get(f'us_n1_{n}', float('nan')):.1f}" for n in nths) + " | " + " | ".join(
                 f"{r.get(f'us_n{n_mm}_{n}', float('nan')):.1f}" for n in nths) + " |")

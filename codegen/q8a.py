@@ -1,6 +1,6 @@
 """Q8A: the 8-bit activation format the integer-dot matmul kernels read.
 
-Not a file format: activations are quantised on the fly (op `quantize_q8`) so weight blocks can
+Not a file format: activations are quantised on the fly (op `quantize_q8a`) so weight blocks can
 be multiplied with integer dot products (VNNI `vpdpbusd`/`vpdpwssd`), as llama.cpp does with Q8_0/
 Q8_K. One row of K floats (K a multiple of 32) becomes, at byte offsets:
 

@@ -22,7 +22,7 @@ class TensorType:
     type_size: int                   # bytes per block
     quantized: bool                  # True for block-quantised types
     # the activations its integer-dot kernels read (llama.cpp's vec_dot_type): "q8a" (8-bit, one
-    # f32 scale per 32 values: matmul_q8), "q8k" (one per 256: matmul_q8k), None (float rows)
+    # f32 scale per 32 values: matmul_q8a), "q8k" (one per 256: matmul_q8k), None (float rows)
     act_format: str | None = None
     int_dot: bool = False            # Q8A kernels exist (for "q8k" types: steps below the
     #                                  engine's q8k_min_tokens, rows not a multiple of 256)

@@ -71,7 +71,7 @@ def _runtime(arch, level="generic", os_name="linux"):
 CASES = {
     "rms_norm_F32_generic": _kernel("rms_norm", "F32", "generic", "generic", K=64, eps=1e-6),
     "matmul_Q8_0_generic": _kernel("matmul", "Q8_0", "generic", "generic", M=64, K=64, acc=0),
-    "matmul_q8_Q4_K_kvnni": _kernel("matmul_q8", "Q4_K", "kvnni", "avx512_vnni",
+    "matmul_q8a_Q4_K_kvnni": _kernel("matmul_q8a", "Q4_K", "kvnni", "avx512_vnni",
                                     M=64, K=256, acc=0),
     "attn_decode_simd_f16": _kernel("attn_decode", "F32", "simd", "avx2", kv="f16"),
     "runtime_x86_64_linux": _runtime("x86_64"),

@@ -169,7 +169,7 @@ def _asm(level, op_name, dtype, family, **dims):
 def test_avx2_level_assembly_has_no_zmm():
     for op_name, dtype, family, dims in (("rms_norm", "F32", "simd", {"K": 200}),
                                          ("matmul", "Q8_0", "avx2", {"M": 64, "K": 64}),
-                                         ("matmul_q8", "Q4_K", "kavx2", {"M": 64, "K": 256})):
+                                         ("matmul_q8a", "Q4_K", "kavx2", {"M": 64, "K": 256})):
         asm = _asm("avx2", op_name, dtype, family, **dims)
         assert "ymm" in asm, f"{op_name}/{family}: expected AVX2 code"
         assert "zmm" not in asm, f"{op_name}/{family} at avx2 uses AVX-512 registers"
@@ -180,7 +180,7 @@ def test_generic_level_assembly_has_no_ymm_or_zmm():
     # the generic family sized for 16 lanes must still lower to SSE registers at x86-64
     for op_name, dtype, family, dims in (("rms_norm", "F32", "generic", {"K": 200}),
                                          ("matmul", "Q8_0", "generic", {"M": 64, "K": 64}),
-                                         ("matmul_q8", "Q4_K", "kgeneric", {"M": 64, "K": 256})):
+                                         ("matmul_q8a", "Q4_K", "kgeneric", {"M": 64, "K": 256})):
         asm = _asm("generic", op_name, dtype, family, **dims)
         assert "xmm" in asm
         assert not re.search(r"[yz]mm", asm), f"{op_name}/{family} at generic uses AVX registers"

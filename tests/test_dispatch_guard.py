@@ -29,20 +29,20 @@ from reame.codegen.runtime import NativePool
 from reame.dispatch import DispatchTable, VariantRejected, check_counts
 
 GENERIC = detect().at("generic")
-M, K = 256, 256              # matmul_q8 rows and depth: small, 8 row ranges of 32 at nth = 8
-TILE = 4                     # the generic matmul_q8's token tile nt = 4
+M, K = 256, 256              # matmul_q8a rows and depth: small, 8 row ranges of 32 at nth = 8
+TILE = 4                     # the generic matmul_q8a's token tile nt = 4
 
 
 def matmul(nt: int, acc: int = 0) -> Kernel:
-    """The portable matmul_q8 (Q8_0) with token tile nt, built."""
-    spec = next(s for s in get_op("matmul_q8").specs("Q8_0", GENERIC, M=M, K=K, acc=acc)
+    """The portable matmul_q8a (Q8_0) with token tile nt, built."""
+    spec = next(s for s in get_op("matmul_q8a").specs("Q8_0", GENERIC, M=M, K=K, acc=acc)
                 if s.p["nt"] == nt)
     return build(spec, GENERIC)
 
 
 class Wrapper:
     """A candidate variant: `run(words, ith, nth)` is called for each slice with the argument
-    block as int64 words (matmul_q8: w, xq, y, n); it may call the real kernel `inner`."""
+    block as int64 words (matmul_q8a: w, xq, y, n); it may call the real kernel `inner`."""
 
     def __init__(self, inner: Kernel, run, name: str):
         self.inner, self.run = inner, run
@@ -95,7 +95,7 @@ def test_a_variant_wrong_past_the_second_slice_is_refused():
     from reame.codegen.ops.base import HEAVY_SLICES
     from reame.jit.program import N, ProgramBuilder
     inner = matmul(TILE, acc=1)
-    case = get_op("matmul_q8").make_case(inner.spec, np.random.default_rng(0), 4)
+    case = get_op("matmul_q8a").make_case(inner.spec, np.random.default_rng(0), 4)
     table = DispatchTable(capacity=4, threads=2)
     P = ProgramBuilder(table, {inner.spec: inner}, "4", GENERIC, ranges={"n": (2, 4)})
     P.op("blk.0.ffn_down", inner.spec, w=case.buffers["w"], xq=case.buffers["xq"],
@@ -139,7 +139,7 @@ def test_a_non_finite_output_is_refused_even_where_the_generic_agrees(monkeypatc
     comparison alone counts equal non-finite values as equal and would pass it.
     Catches: a guard without the explicit check that every output value is finite."""
     from reame.codegen.ops.base import compare
-    op = get_op("matmul_q8")
+    op = get_op("matmul_q8a")
     inner = matmul(TILE)
     real_generic = dispatch._generic_kernel(op, inner.spec)
 

@@ -499,11 +499,11 @@ def test_q8k_sites_and_panel_layout(q4km_model):
                     rp = vnni and t.type.name in ("Q4_K", "Q5_K") and t.n_rows % 16 == 0
                     assert ops[t.name] == ("matmul_q8k_rp" if rp else "matmul_q8k"), (bucket, w)
                     assert (t.name in eng.panel_weights) == rp
-                assert ops[f"{b}ffn_down.weight"] == "matmul_q8"
+                assert ops[f"{b}ffn_down.weight"] == "matmul_q8a"
                 quant = sorted(o for s, o in ops.items() if s.startswith("quantize")
                                and s.split(".", 1)[1].startswith(b))
                 # producers h (attention), att, h (FFN): Q8K; g (ffn_down's input): Q8A
-                assert quant == ["quantize_q8"] + ["quantize_q8k"] * 3, quant
+                assert quant == ["quantize_q8a"] + ["quantize_q8k"] * 3, quant
             assert ops["output.weight"] == "matmul_q8k"
         for name, w in eng.panel_weights.items():     # programs point at the one copy
             t = q4km_model.tensor(name)

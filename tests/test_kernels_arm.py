@@ -1,4 +1,4 @@
-"""The AArch64 kernel families (matmul_q8 dotprod / i8mm, matmul_q8k dotprod) on any host.
+"""The AArch64 kernel families (matmul_q8a dotprod / i8mm, matmul_q8k dotprod) on any host.
 
 - Cross-built on every host for a recorded Neoverse-V1 forced to each family's level (object
   code and assembly only, never run off ARM): every type x tile renders, compiles, and its
@@ -31,7 +31,7 @@ V1 = host_isa("aarch64", "neoverse-v1", "+neon,+fp-armv8",
 N1 = host_isa("aarch64", "neoverse-n1", "+neon,+fp-armv8", os_inputs={"hwcap": 0x10119FFF})
 
 # (op, family): the instruction its assembly must use
-FAMILIES = {("matmul_q8", "dotprod"): "sdot", ("matmul_q8", "i8mm"): "smmla",
+FAMILIES = {("matmul_q8a", "dotprod"): "sdot", ("matmul_q8a", "i8mm"): "smmla",
             ("matmul_q8k", "dotprod"): "sdot", ("matmul_q8k", "i8mm"): "smmla"}
 ARM_LEVELS = ("dotprod", "i8mm")
 
@@ -45,9 +45,9 @@ def _variants():
 
 
 def _dims(op_name):
-    # matmul_q8: K/32 = 7 (a group of 4 blocks and a partial group of 3), 33, 1; matmul_q8k:
+    # matmul_q8a: K/32 = 7 (a group of 4 blocks and a partial group of 3), 33, 1; matmul_q8k:
     # 1 and 3 superblocks
-    return (((37, 224, 0), (13, 1056, 1), (2, 32, 1)) if op_name == "matmul_q8"
+    return (((37, 224, 0), (13, 1056, 1), (2, 32, 1)) if op_name == "matmul_q8a"
             else ((37, 256, 0), (11, 768, 1)))
 
 
@@ -103,7 +103,7 @@ def test_cross_compiler_never_loads():
     comp = _cross_compiler("dotprod")
     if not comp.cross:
         pytest.skip("this host is aarch64: nothing is cross-built")
-    spec = get_op("matmul_q8").specs("Q8_0", V1.at("dotprod"), M=4, K=64, acc=0)[0]
+    spec = get_op("matmul_q8a").specs("Q8_0", V1.at("dotprod"), M=4, K=64, acc=0)[0]
     with pytest.raises(RuntimeError, match="cannot load"):
         comp.compile(render(spec, V1.at("dotprod"))[1], ["x"])
 
@@ -194,10 +194,10 @@ def test_arm_hosts_start_with_their_families():
     for isa, fam in ((N1, "dotprod"), (V1.at("dotprod"), "dotprod"), (V1, "i8mm")):
         for dtype in ("Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "IQ4_NL"):
             for n in (1, 2, 8):
-                spec = choose("matmul_q8", dtype, isa, n, M=4096, K=4096, acc=0)
+                spec = choose("matmul_q8a", dtype, isa, n, M=4096, K=4096, acc=0)
                 assert spec.family == fam, (isa.level, dtype, n, spec.label())
                 site = matmul_site(dtype, 4096, 4096, n, isa)
-                assert (site.op, site.act, site.spec.family) == ("matmul_q8", "q8a", fam)
+                assert (site.op, site.act, site.spec.family) == ("matmul_q8a", "q8a", fam)
     k_types = next(v for v in get_op("matmul_q8k").variants if v.family == "dotprod").dtypes
     assert set(k_types) == set(next(v for v in get_op("matmul_q8k").variants
                                     if v.family == "i8mm").dtypes)

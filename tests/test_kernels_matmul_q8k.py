@@ -1,4 +1,4 @@
-"""matmul_q8 for the K-quant types (Q4_K, Q5_K, Q6_K) against dequant(W) @ dequant(xq)^T in
+"""matmul_q8a for the K-quant types (Q4_K, Q5_K, Q6_K) against dequant(W) @ dequant(xq)^T in
 float64 (gguf.quants.dequantize for the weights): every variant x tile at the native, avx2 and
 generic levels (and each variant's own lowest level: kvnni without GFNI), ragged M (not a
 multiple of anything, fewer rows than threads), superblock counts that leave a remainder for
@@ -13,7 +13,7 @@ import pytest
 
 from reame.codegen.isa import detect
 from reame.codegen.kernels import build
-from reame.codegen.ops import matmul_q8_kquants as mk
+from reame.codegen.ops import matmul_q8a_kquants as mk
 from reame.codegen.spec import KernelSpec
 from conftest import check_every_tile_native
 from conftest import host_levels
@@ -28,7 +28,7 @@ THREADS = (1, 2, 3)
 
 
 def _spec(dtype, family, level, tile, M, K, acc):
-    return KernelSpec.make("matmul_q8", dtype, family, _isa(level).level, M=M, K=K, acc=acc,
+    return KernelSpec.make("matmul_q8a", dtype, family, _isa(level).level, M=M, K=K, acc=acc,
                            **tile)
 
 
@@ -137,7 +137,7 @@ def test_f16_edge_scales(dtype, level):
 
 def test_variants_and_hook():
     """Three families (portable, AVX2, AVX-512 VNNI) with >= 2 tiles each, all K types with
-    Q8A kernels; matmul_q8 carries them and its own check passes on them (its case generator
+    Q8A kernels; matmul_q8a carries them and its own check passes on them (its case generator
     uses RANDOM_WEIGHTS and its tolerance TOLERANCE)."""
     fams = {v.family: v for v in mk.VARIANTS}
     assert set(fams) == {"kgeneric", "kavx2", "kvnni"}
@@ -147,9 +147,9 @@ def test_variants_and_hook():
     assert set(mk.RANDOM_WEIGHTS) == set(TYPES)
     assert set(mk.TOLERANCE) == set(TYPES) | set(mk.Q8K_ONLY_TYPES)
     from reame.codegen.registry import ops
-    op = ops().get("matmul_q8")
+    op = ops().get("matmul_q8a")
     if op is None:
-        pytest.skip("codegen/ops/matmul_q8.py is not there yet")
+        pytest.skip("codegen/ops/matmul_q8a.py is not there yet")
     assert all(v in op.variants for v in mk.VARIANTS)
     isa = detect()
     for dtype in TYPES:

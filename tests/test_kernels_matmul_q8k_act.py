@@ -18,7 +18,7 @@ from reame.codegen import q8k
 from reame.codegen.isa import detect
 from reame.codegen.kernels import build
 from reame.codegen.ops import matmul_q8k as mk
-from reame.codegen.ops.matmul_q8_kquants import random_activations, random_weights
+from reame.codegen.ops.matmul_q8a_kquants import random_activations, random_weights
 from reame.codegen.registry import get_op
 from reame.codegen.spec import KernelSpec
 from conftest import check_every_tile_native

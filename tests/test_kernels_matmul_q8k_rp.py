@@ -11,7 +11,7 @@ import pytest
 
 from reame.codegen import panel_layout
 from reame.codegen.kernels import build
-from reame.codegen.ops.matmul_q8_kquants import random_weights
+from reame.codegen.ops.matmul_q8a_kquants import random_weights
 from reame.codegen.registry import get_op
 from reame.codegen.spec import KernelSpec
 from conftest import guarded_bytes

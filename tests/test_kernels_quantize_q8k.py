@@ -58,7 +58,7 @@ def test_bit_exact(spec, isa):
 @pytest.mark.parametrize("level", LEVELS)
 def test_hard_values(level):
     """Exact halves at non-unit scales, huge and tiny magnitudes (1/d overflows to inf, zeros
-    then map to 127 as in quantize_q8), all-zero and single-nonzero superblocks, negative zeros."""
+    then map to 127 as in quantize_q8a), all-zero and single-nonzero superblocks, negative zeros."""
     isa = _isa(level)
     k = build(OP.specs("F32", isa, K=512)[-1], isa)
     rng = np.random.default_rng(7)

@@ -217,7 +217,7 @@ def test_a_grammar_constrains_every_verified_position(stories_model, tok, storie
 
 
 def smollm2_jit(**kw):
-    """SmolLM2-135M (Q4_1 weights, Q8_0 head: matmul_q8 products) on the JIT engine, for the
+    """SmolLM2-135M (Q4_1 weights, Q8_0 head: matmul_q8a products) on the JIT engine, for the
     tests of a token's bits across steps; skipped without AVX-512 VNNI, where decode and
     batched steps use different tiles (the row-panel family needs it)."""
     from conftest import shared_path
@@ -232,7 +232,7 @@ def smollm2_jit(**kw):
 
 
 def test_a_tokens_logits_do_not_depend_on_the_step_size():
-    """JIT engine, SmolLM2-135M (Q4_1 weights, Q8_0 head: matmul_q8 products) on an AVX-512
+    """JIT engine, SmolLM2-135M (Q4_1 weights, Q8_0 head: matmul_q8a products) on an AVX-512
     VNNI CPU: the logits of a token decoded alone equal, bit for bit, its row in a 5-token and
     a 12-token step over the same cache, past the 32 positions where 8-bit roundings began to
     differ. This is what makes a verify step's greedy tokens plain decoding's. Catches a decode

@@ -11,7 +11,7 @@ unpacked once per tile.
 
 Because the activation sub-scales are integers, the kernels multiply them into the weights'
 integer sub-block scales and add the products of a whole superblock in int32; one float
-multiply-add per superblock and token applies d_w * D (matmul_q8's K-quant kernels on Q8A do a
+multiply-add per superblock and token applies d_w * D (matmul_q8a's K-quant kernels on Q8A do a
 float multiply-add per 32-block and token). Q4_K/Q5_K mins and Q6_K's -32 offset use Q8K's
 per-16 dequantised activation sums `xs` (one 16-lane FMA per superblock and token).
 
@@ -51,7 +51,7 @@ from reame.tensor_types import PROMPT_STEP, TENSOR_TYPES
 
 from .. import q8k
 from .base import Case, HEAVY_SLICES, Op, Variant
-from .matmul_q8_kquants import (TILES_AVX2, TILES_PORTABLE, TILES_VNNI, random_activations,
+from .matmul_q8a_kquants import (TILES_AVX2, TILES_PORTABLE, TILES_VNNI, random_activations,
                                 random_weights)
 
 K_TYPES = tuple(t.name for t in TENSOR_TYPES.values() if t.act_format == "q8k")   # Q8K types
@@ -99,7 +99,7 @@ class AmxVariant(Variant):
     """A variant that needs the AMX level and the OS's permission to use tile data; only
     programs for prompt chunks (>= PROMPT_STEP tokens) start on it: its tiles decode a 16-row
     panel once per chunk of tokens and compute 16 tokens per tile, wasted on small steps
-    (matmul_q8, SmolLM2-135M Q4_1, 2 threads: an 8-token step's products 14.3 thread-ms on
+    (matmul_q8a, SmolLM2-135M Q4_1, 2 threads: an 8-token step's products 14.3 thread-ms on
     tiles vs 7.7 on the panels, 16 tokens 15.8 vs 13.0; prompt chunks of 256 1.09x faster, a
     0.5B Q8_0's 1.31x: docs/kernels-int8.md)."""
     min_tokens: int = PROMPT_STEP

@@ -12,7 +12,7 @@ to `row_stride(K)`) are never written.
 from __future__ import annotations
 
 from .. import q8k
-from .quantize_q8 import quantize_op
+from .quantize_q8a import quantize_op
 
 OP = quantize_op("quantize_q8k", q8k, 256,
                  "quantise n f32 rows of K to Q8K (int8 + per-256 f32 scale + per-16 sums + "

@@ -64,7 +64,7 @@ class JITEngine:
         in every program a step's decode rows (Batch.n_decode: generated tokens and drafts,
         first) run attn_decode (f32) and its prompt rows attn_prefill, each kernel computing a
         row on its own, so a token's attention is computed the same way whatever shares its
-        step (with matmul_q8's row panels its logits then do not depend on the batch:
+        step (with matmul_q8a's row panels its logits then do not depend on the batch:
         docs/speculation.md). "invariant": every row on attn_decode, prompts included
         (reame.engines.ATTN_TYPES). `shared_pools`: run on the process's pool of this many
         compute threads (codegen.runtime.shared_pool, for several models whose steps take turns)

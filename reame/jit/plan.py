@@ -25,7 +25,7 @@ from .program import D, M, N, P as PROMPT_ROWS, Dyn
 from .select import attn_prefill_spec, choose, matmul_site
 
 # The 8-bit activation copies a product may read: format -> (the op making it, its row bytes)
-ACT_COPIES = {"q8a": ("quantize_q8", q8a.row_stride), "q8k": ("quantize_q8k", q8k.row_stride)}
+ACT_COPIES = {"q8a": ("quantize_q8a", q8a.row_stride), "q8k": ("quantize_q8k", q8k.row_stride)}
 
 
 @dataclass(eq=False)

@@ -4,11 +4,11 @@ Policy: the most specific family this ISA level can run (the variant with the hi
 level), and within it the tile that fits the program's token count (see `choose`). For the
 integer-dot ops, programs of >= PANEL_MIN_TOKENS[op] tokens use the row-panel family (`panel`:
 register tiles of 16 weight rows x nt tokens) where the type has one: every program for
-matmul_q8 (decode on the nt = 1 tile), and for matmul_q8k decode (1 token) the streaming
+matmul_q8a (decode on the nt = 1 tile), and for matmul_q8k decode (1 token) the streaming
 families (docs/kernels-int8.md, docs/kernels-kquants.md); op `matmul_q8k_rp`
 (Q4_K/Q5_K weights repacked into the row-panel layout by the engine) is panels at every step
 size, nt = 1 for decode. Quantised
-weights go through the integer path (activations quantised to Q8A, `matmul_q8`) when the level
+weights go through the integer path (activations quantised to Q8A, `matmul_q8a`) when the level
 has a kernel for that type; float weights through `matmul`, with the GEMM family for prompt
 chunks. The adaptive runtime replaces these starting points by measured winners.
 """
@@ -28,7 +28,7 @@ from ..tensor_types import PROMPT_STEP, TENSOR_TYPES
 log = logging.getLogger("reame.jit")
 
 # K-quant weights read Q8K activations (one scale per 256 values, op matmul_q8k) in programs for
-# at least this many tokens, Q8A (matmul_q8) below: see docs/engine.md for the measurements
+# at least this many tokens, Q8A (matmul_q8a) below: see docs/engine.md for the measurements
 Q8K_MIN_TOKENS = 1
 
 
@@ -36,7 +36,7 @@ Q8K_MIN_TOKENS = 1
 class Site:
     """How one matrix product runs: its kernel, the activations it reads and its weights' layout."""
     spec: KernelSpec
-    act: str | None             # None: f32 rows; "q8a" / "q8k": the 8-bit copy quantize_q8 /
+    act: str | None             # None: f32 rows; "q8a" / "q8k": the 8-bit copy quantize_q8a /
     #                             quantize_q8k makes of them
     layout: str                 # "gguf": the file's bytes; "row_panel": repacked at load
 
@@ -57,7 +57,7 @@ def matmul_site(dtype: str, rows: int, K: int, n_tokens: int, isa: ISA, acc: int
       prompt_q8k says so), through matmul_q8k_rp on a copy repacked
       into the row-panel layout for the row_panel types with whole 16-row panels where the
       level has the panel kernels, else matmul_q8k on the file's bytes; Q8A (K a multiple of
-      32) through matmul_q8 otherwise;
+      32) through matmul_q8a otherwise;
     - everything else reads f32 rows through matmul (weights dequantised in registers).
     q8a_ok / q8k_ok: the caller has a buffer for that activation copy; row_panel: the caller
     repacks (experts do not); tile_tokens: tokens per product, when not n_tokens (an expert's
@@ -75,8 +75,8 @@ def matmul_site(dtype: str, rows: int, K: int, n_tokens: int, isa: ISA, acc: int
                             for v in registry.get_op("matmul_q8k_rp").variants)):
                 return Site(choose("matmul_q8k_rp", dtype, isa, tt, **dims), "q8k", "row_panel")
             return Site(choose("matmul_q8k", dtype, isa, tt, **dims), "q8k", "gguf")
-        if q8a_ok and K % 32 == 0 and has_kernel("matmul_q8", dtype, isa):
-            return Site(choose("matmul_q8", dtype, isa, tt, **dims), "q8a", "gguf")
+        if q8a_ok and K % 32 == 0 and has_kernel("matmul_q8a", dtype, isa):
+            return Site(choose("matmul_q8a", dtype, isa, tt, **dims), "q8a", "gguf")
     return Site(choose("matmul", dtype, isa, tt, **dims), None, "gguf")
 
 # tile keys that count tokens per pass: nt (every matmul family's tokens per weight pass), nr
@@ -150,8 +150,8 @@ def choose(op_name: str, dtype: str, isa: ISA, n_tokens: int, **dims) -> KernelS
 
 
 GEMM_MIN_TOKENS = 16
-PANEL_OPS = ("matmul_q8", "matmul_q8k")
-PANEL_MIN_TOKENS = {"matmul_q8": 1,   # every program, decode included (see use_panel)
+PANEL_OPS = ("matmul_q8a", "matmul_q8k")
+PANEL_MIN_TOKENS = {"matmul_q8a": 1,   # every program, decode included (see use_panel)
                     "matmul_q8k": 2}  # several tokens (decode: 1-row tiles)
 PANEL_Q8K_MIN_K = 4096        # matmul_q8k: row panels for long rows in batched decode...
 PANEL_Q8K_MIN_TOKENS = 17     # ...and for any K in prompt-sized programs (above the 16 bucket)
@@ -161,7 +161,7 @@ def use_panel(op_name: str, n_tokens: int, K: int) -> bool:
     """Whether a program of up to n_tokens tokens uses the row-panel family (16 weight rows x nt
     tokens per register tile) of an integer-dot op, from the kernel timings in
     docs/kernels-int8.md and docs/kernels-kquants.md (2 threads, weights from DRAM):
-    - matmul_q8 (Q8_0, Q4_0, Q4_1): always (1.5-3x at 4-8 tokens and prefill), decode too, on
+    - matmul_q8a (Q8_0, Q4_0, Q4_1): always (1.5-3x at 4-8 tokens and prefill), decode too, on
       the nt = 1 panel tile: measured faster than the 1-row VNNI tiles there (2026-12-02,
       2 threads, one-token steps: SmolLM2-135M Q4_1 3.2-3.5 vs 4.2 ms, a 0.5B Q4_0 12.5-13.0
       vs 13.4-13.6, Q8_0 21.2-21.9 vs 23.3-23.5), and every row is then computed by one

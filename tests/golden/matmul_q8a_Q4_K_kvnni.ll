@@ -1,6 +1,6 @@
-; golden: matmul_q8_Q4_K_kvnni: matmul_q8/Q4_K/kvnni@avx512_vnni[K=256,M=64,acc=0,nt=1,pf_bytes=8192,u=1]
-; symbol: reame_matmul_q8_Q4_K_kvnni_avx512_vnni_e73036856f99
-; matmul_q8 (Q4_K, AVX-512 VNNI): y[n, M] = dequant(w)[M, K] @ dequant(xq)[n, K]^T
+; golden: matmul_q8a_Q4_K_kvnni: matmul_q8a/Q4_K/kvnni@avx512_vnni[K=256,M=64,acc=0,nt=1,pf_bytes=8192,u=1]
+; symbol: reame_matmul_q8a_Q4_K_kvnni_avx512_vnni_4a09ddf5de07
+; matmul_q8a (Q4_K, AVX-512 VNNI): y[n, M] = dequant(w)[M, K] @ dequant(xq)[n, K]^T
 ; One zmm holds 64 consecutive weight quants as unsigned bytes (two 32-blocks), multiplied with
 ; the 64 matching activation int8s by vpdpbusd into 16 int32 lanes (8 lanes per 32-block, 4 per
 ; Q6_K 16-group), converted to float and accumulated with a per-lane scale vector
@@ -18,7 +18,7 @@
 ;       [2] y: f32 [n, M]   [3] n: tokens
 ; M = 64, K = 256 (1 superblocks, 144 B a row), 1820 rows per L2 chunk,
 ; tiles of 1 tokens, superblock loop unrolled 1x
-define void @reame_matmul_q8_Q4_K_kvnni_avx512_vnni_e73036856f99(ptr noalias nocapture readonly %args, i32 %ith, i32 %nth) {
+define void @reame_matmul_q8a_Q4_K_kvnni_avx512_vnni_4a09ddf5de07(ptr noalias nocapture readonly %args, i32 %ith, i32 %nth) {
 entry:
   %w = load ptr, ptr %args, align 8
   %arg1 = getelementptr i64, ptr %args, i64 1

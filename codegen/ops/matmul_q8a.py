@@ -1,9 +1,9 @@
-"""matmul_q8: quantised weights times Q8A activations with integer dot products.
+"""matmul_q8a: quantised weights times Q8A activations with integer dot products.
 
     y[n, M] (+)= dequant(w)[M, K] @ dequant(xq)[n, K]^T
 
 `w` holds M rows of K/block weight blocks (GGUF layout), `xq` holds n activation rows in the Q8A
-format of codegen/q8a.py (made by the op `quantize_q8`), `y` is float32 [n, M]. With `acc=1` the
+format of codegen/q8a.py (made by the op `quantize_q8a`), `y` is float32 [n, M]. With `acc=1` the
 result is added to y (residual connections). Threads split the M rows of w (one weight-row
 stream per thread, which is what reaches the bandwidth ceiling for decode), and the tokens are
 processed in tiles of `nt` so that each weight block is unpacked once per tile.
@@ -12,8 +12,8 @@ The expected result is dequant(W) @ dequant(xq)^T in float64: integer block dots
 the only error is float32 rounding of the per-block scales and of the summation over blocks.
 
 The K-quant types (Q4_K, Q5_K, Q6_K) are families of this op defined in
-codegen/ops/matmul_q8_kquants.py (VARIANTS, RANDOM_WEIGHTS, TOLERANCE; templates
-matmul_q8_k*.ll.j2), appended here. (Not to be confused with the op matmul_q8k, which reads
+codegen/ops/matmul_q8a_kquants.py (VARIANTS, RANDOM_WEIGHTS, TOLERANCE; templates
+matmul_q8a_k*.ll.j2), appended here. (Not to be confused with the op matmul_q8k, which reads
 Q8K activations.)
 """
 
@@ -24,7 +24,7 @@ import numpy as np
 from reame.tensor_types import TENSOR_TYPES
 
 from .. import q8a
-from . import matmul_q8_kquants as _k
+from . import matmul_q8a_kquants as _k
 from .base import Case, HEAVY_SLICES, Op, Variant
 from .matmul_q8k import AmxVariant
 
@@ -105,7 +105,7 @@ def _tolerance(dtype: str) -> tuple[float, float]:
 _TOKENS_DOC = "nt = tokens per pass over a weight block"
 
 OP = Op(
-    name="matmul_q8",
+    name="matmul_q8a",
     slices=HEAVY_SLICES,
     args=("w", "xq", "y", "n"),
     dims=("M", "K", "acc"),

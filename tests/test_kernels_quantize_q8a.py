@@ -1,4 +1,4 @@
-"""quantize_q8 (f32 -> Q8A) must match codegen/q8a.quantize_rows bit for bit: every variant at the
+"""quantize_q8a (f32 -> Q8A) must match codegen/q8a.quantize_rows bit for bit: every variant at the
 native, avx2|neon and generic levels, ragged row counts, 1/2/3 threads (uneven block splits)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from reame.codegen.kernels import build
 from reame.codegen.registry import get_op
 from conftest import host_levels, isa_at as _isa
 
-OP = get_op("quantize_q8")
+OP = get_op("quantize_q8a")
 LEVELS = host_levels()
 KS = (32, 224, 1056)          # 1 block, 7 blocks (odd), 33 blocks
 

@@ -1,6 +1,6 @@
-"""matmul_q8 for the K-quant weight types Q4_K, Q5_K and Q6_K (Q4_K_M / Q5_K_M model files).
+"""matmul_q8a for the K-quant weight types Q4_K, Q5_K and Q6_K (Q4_K_M / Q5_K_M model files).
 
-The op itself (`OP`, args, dims, the legacy types) lives in codegen/ops/matmul_q8.py, which
+The op itself (`OP`, args, dims, the legacy types) lives in codegen/ops/matmul_q8a.py, which
 appends these `VARIANTS`; this module defines no `OP` of its own (and is not the op matmul_q8k,
 which reads Q8K activations). Contract:
 
@@ -9,7 +9,7 @@ which reads Q8K activations). Contract:
     w: M rows of K/256 superblocks; xq: n rows of Q8A (codegen/q8a.py); y: f32 [n, M]
     threads split the M rows into contiguous ranges; acc=1 adds to y.
 
-Families (templates/matmul_q8_<family>.ll.j2, skeleton in matmul_q8_k_common.ll.j2):
+Families (templates/matmul_q8a_<family>.ll.j2, skeleton in matmul_q8a_kquants_common.ll.j2):
     kgeneric  portable vector IR (zext/sext, mul, reduce add), any LLVM target
     kavx2     AVX2: vpmaddubsw + vpmaddwd, sub-block scales folded into vpmaddwd
     kvnni     AVX-512 VNNI: vpdpbusd on 512-bit registers (u8 weights x s8 activations)
@@ -17,9 +17,9 @@ Tiles: nt = tokens per weight pass (a row is unpacked once per nt tokens), u = s
 per loop iteration, pf_bytes = software prefetch distance in bytes for the weight stream (decode).
 Layouts and measured figures: docs/kernels-kquants.md.
 
-Hooks read by matmul_q8.py: VARIANTS, RANDOM_WEIGHTS (valid random K-quant blocks: gguf cannot
+Hooks read by matmul_q8a.py: VARIANTS, RANDOM_WEIGHTS (valid random K-quant blocks: gguf cannot
 quantise K types) and TOLERANCE. Also `make_case` / `reference` for tests that build specs
-directly (the same data distribution as matmul_q8's cases: |y| ~ 1 for any K).
+directly (the same data distribution as matmul_q8a's cases: |y| ~ 1 for any K).
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ D_SCALE = {"Q4_K": 1 / 256, "Q5_K": 1 / 512, "Q6_K": 1 / 2048, "Q2_K": 1 / 32, "
            "IQ4_XS": 1 / 4096}
 
 # (rtol, atol) against the float64 reference for data of about unit size (make_case, and
-# matmul_q8's cases with RANDOM_WEIGHTS): integer dots per 32-block (16-group for Q6_K) are
+# matmul_q8a's cases with RANDOM_WEIGHTS): integer dots per 32-block (16-group for Q6_K) are
 # exact, the error is float32 rounding of the per-block scales and of the sums over blocks
 # (and, Q4_K/Q5_K, of the separate min term). Tightness: tests/test_kernels_matmul_q8k.py.
 TOLERANCE = {"Q4_K": (1e-5, 2e-5), "Q5_K": (1e-5, 2e-5), "Q6_K": (1e-5, 2e-5),
@@ -103,7 +103,7 @@ Q8K_ONLY_TYPES = ("Q2_K", "Q3_K", "IQ4_XS")  # types with Q8K kernels only (op m
 
 def random_activations(rng: np.random.Generator, n: int, K: int) -> np.ndarray:
     """float32 [n, K]: per-32-block magnitudes spread over ~2 decades, one all-zero block, scaled
-    so that a product with unit-size weights has about unit size for any K (as matmul_q8's)."""
+    so that a product with unit-size weights has about unit size for any K (as matmul_q8a's)."""
     x = rng.standard_normal((n, K // 32, 32)).astype(np.float32)
     x *= np.exp(rng.uniform(-2.3, 2.3, (n, K // 32, 1))).astype(np.float32)
     x *= np.float32(0.3 / np.sqrt(K))

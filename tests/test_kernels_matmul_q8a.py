@@ -1,4 +1,4 @@
-"""matmul_q8 for the legacy types (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1) against dequant(W) @ dequant(xq)^T
+"""matmul_q8a for the legacy types (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1) against dequant(W) @ dequant(xq)^T
 in float64: every variant x tile at the native, avx2|neon and generic levels (and the vnni and panel
 families at a forced avx512_vnni level, without VBMI), ragged M (not a multiple
 of anything, fewer rows than threads), K with odd block counts (loop, left-over pairs and a lone
@@ -14,11 +14,11 @@ import pytest
 
 from reame.codegen.isa import detect
 from reame.codegen.kernels import build
-from reame.codegen.ops import matmul_q8 as mq
+from reame.codegen.ops import matmul_q8a as mq
 from reame.codegen.registry import get_op
 from conftest import guarded_bytes, host_levels, isa_at as _isa
 
-OP = get_op("matmul_q8")
+OP = get_op("matmul_q8a")
 TYPES = ("Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "IQ4_NL")
 LEVELS = host_levels()
 # (M, K, acc): K/32 = 7 (a loop step, a left-over pair and a lone block for u=2), 33, 1

@@ -1,5 +1,5 @@
-"""quantize_q8: f32 activation rows -> Q8A (codegen/q8a.py), the input of the integer-dot
-matmul `matmul_q8`.
+"""quantize_q8a: f32 activation rows -> Q8A (codegen/q8a.py), the input of the integer-dot
+matmul `matmul_q8a`.
 
 Bit-exact with `q8a.quantize_rows`: d = amax / 127 in f32, inv = 1 / d (0 for an all-zero
 block), q = sign(v) * floor(|v| + 0.5) with v = x * inv, all in f32 as numpy does; s = sum(q).
@@ -57,5 +57,5 @@ def quantize_op(name: str, fmt, block: int, doc: str) -> Op:
     return op
 
 
-OP = quantize_op("quantize_q8", q8a, 32,
+OP = quantize_op("quantize_q8a", q8a, 32,
                  "quantise n f32 rows of K to Q8A (int8 + per-32 f32 scale + int32 block sum)")

@@ -73,6 +73,10 @@ class Op:
     # slices per thread of a step program's op: the heavy ops are cut finer and claimed
     # dynamically, which evens out threads running at different speeds; element-wise ops one
     slices: int = 1
+    # which family a program for n_tokens tokens starts on when the most specific level has
+    # several (prefers(family, n_tokens, dims) -> bool; None: the tile cost alone decides): a
+    # measured policy, documented where it is declared (select.choose applies it)
+    prefers: Callable[[str, int, dict], bool] | None = None
 
     def tiles(self, variant: Variant, dims: dict) -> list[dict]:
         """The tiles of `variant` that can serve `dims`."""

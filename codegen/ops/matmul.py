@@ -111,8 +111,18 @@ def _tolerance(dtype: str) -> tuple[float, float]:
     return _TOL[dtype]
 
 
+GEMM_MIN_TOKENS = 16
+
+
+def _prefers(family: str, n_tokens: int, dims: dict) -> bool:
+    """The register-tiled GEMM for prompt chunks (> 16 tokens), the streaming dot-product
+    families for decode and batches."""
+    return (family == "gemm") == (n_tokens > GEMM_MIN_TOKENS)
+
+
 OP = Op(
     name="matmul",
+    prefers=_prefers,
     slices=HEAVY_SLICES,
     args=("w", "x", "y", "n"),
     dims=("M", "K", "acc"),

@@ -104,8 +104,20 @@ def _tolerance(dtype: str) -> tuple[float, float]:
 
 _TOKENS_DOC = "nt = tokens per pass over a weight block"
 
+def _prefers(family: str, n_tokens: int, dims: dict) -> bool:
+    """The row panels (16 weight rows x nt tokens per register tile) in every program, decode
+    too on the nt = 1 tile, from the kernel timings in docs/kernels-int8.md (2 threads, weights
+    from DRAM): 1.5-3x the 1-row tiles at 4-8 tokens and prefill, and faster in one-token steps
+    (2026-12-02: SmolLM2-135M Q4_1 3.2-3.5 vs 4.2 ms, a 0.5B Q4_0 12.5-13.0 vs 13.4-13.6, Q8_0
+    21.2-21.9 vs 23.3-23.5); every row is then computed by one arithmetic in every program of
+    1-16 tokens: a token's logits do not depend on how many other tokens share its step
+    (batched decode and speculation's verify steps give the one-token step's exact numbers)."""
+    return family == "panel"
+
+
 OP = Op(
     name="matmul_q8a",
+    prefers=_prefers,
     slices=HEAVY_SLICES,
     args=("w", "xq", "y", "n"),
     dims=("M", "K", "acc"),

@@ -113,8 +113,24 @@ class AmxVariant(Variant):
 # superblocks remains. Tightness: tests/test_kernels_matmul_q8k_act.py.
 TOLERANCE = {t: (1e-5, 2e-5) for t in K_TYPES}
 
+PANEL_MIN_K = 4096       # row panels for long rows in batched decode...
+PANEL_MIN_TOKENS = 17    # ...and for any K in prompt-sized programs (above the 16 bucket)
+
+
+def _prefers(family: str, n_tokens: int, dims: dict) -> bool:
+    """The row panels for several tokens with K >= 4096 (1.3-2.6x at 4-8 tokens: the 1-row
+    tiles' activations no longer fit L1) and for > 16 tokens (prefill: 1.1-1.5x); at 4-16 tokens
+    and short K the 1-row tiles are as fast or faster (Q6_K head 32000 x 2048: panels
+    0.45-0.65x), the panels' per-block transposes costing more than the K-quants' cheaper
+    1-row unpacking; decode (1 token) never: the streaming 1-row tiles read each weight once at
+    the bandwidth (docs/kernels-kquants.md, 2 threads, weights from DRAM)."""
+    panel = n_tokens >= 2 and (dims.get("K", 0) >= PANEL_MIN_K or n_tokens >= PANEL_MIN_TOKENS)
+    return (family == "panel") == panel
+
+
 OP = Op(
     name="matmul_q8k",
+    prefers=_prefers,
     slices=HEAVY_SLICES,
     args=("w", "xq", "y", "n"),
     dims=("M", "K", "acc"),

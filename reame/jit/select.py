@@ -1,13 +1,12 @@
 """Which kernel variant an op site starts with (before the adaptive runtime measures others).
 
 Policy: the most specific family this ISA level can run (the variant with the highest minimum
-level), and within it the tile that fits the program's token count (see `choose`). For the
-integer-dot ops, programs of >= PANEL_MIN_TOKENS[op] tokens use the row-panel family (`panel`:
-register tiles of 16 weight rows x nt tokens) where the type has one: every program for
-matmul_q8a (decode on the nt = 1 tile), and for matmul_q8k decode (1 token) the streaming
-families (docs/kernels-int8.md, docs/kernels-kquants.md); op `matmul_q8k_rp`
-(Q4_K/Q5_K weights repacked into the row-panel layout by the engine) is panels at every step
-size, nt = 1 for decode. Quantised
+level, skipping variants declared for bigger programs: `Variant.min_tokens`), the family the op
+file prefers for that many tokens where it declares a policy (`Op.prefers`: the row panels of
+matmul_q8a in every program, matmul_q8k's for batches with long rows and prompt chunks, the
+GEMM for float prompt chunks), and within it the tile that fits the program's token count (see
+`choose`); op `matmul_q8k_rp` (Q4_K/Q5_K weights repacked into the row-panel layout by the
+engine) is panels at every step size, nt = 1 for decode. Quantised
 weights go through the integer path (activations quantised to Q8A, `matmul_q8a`) when the level
 has a kernel for that type; float weights through `matmul`, with the GEMM family for prompt
 chunks. The adaptive runtime replaces these starting points by measured winners.
@@ -118,17 +117,8 @@ def choose(op_name: str, dtype: str, isa: ISA, n_tokens: int, **dims) -> KernelS
     cands = [(v, t) for v in best[1] for t in op.tiles(v, dims)]
     if not cands:
         raise ValueError(f"no {op_name} tile at level {isa.level} fits {dims}")
-    if op_name == "matmul" and len(best[1]) > 1:
-        # register-tiled GEMM for prompt chunks, the streaming family for decode
-        want_gemm = n_tokens > GEMM_MIN_TOKENS
-        cands = [(v, t) for v, t in cands if (v.family == "gemm") == want_gemm] or cands
-
-    if op_name in PANEL_OPS:
-        panel = [(v, t) for v, t in cands if v.family == "panel"]
-        if panel and use_panel(op_name, n_tokens, dims.get("K", 0)):
-            cands = panel
-        else:
-            cands = [(v, t) for v, t in cands if v.family != "panel"] or cands
+    if op.prefers is not None:          # the op file's measured family policy
+        cands = [(v, t) for v, t in cands if op.prefers(v.family, n_tokens, dims)] or cands
 
     if "K" in dims and "nt" in cands[0][1] and cands[0][0].family != "panel":
         # 1-row integer-dot tiles read nt activation rows per weight row: keep them in L1
@@ -149,36 +139,6 @@ def choose(op_name: str, dtype: str, isa: ISA, n_tokens: int, **dims) -> KernelS
     return KernelSpec.make(op_name, dtype, v.family, isa.level, **tile, **dims)
 
 
-GEMM_MIN_TOKENS = 16
-PANEL_OPS = ("matmul_q8a", "matmul_q8k")
-PANEL_MIN_TOKENS = {"matmul_q8a": 1,   # every program, decode included (see use_panel)
-                    "matmul_q8k": 2}  # several tokens (decode: 1-row tiles)
-PANEL_Q8K_MIN_K = 4096        # matmul_q8k: row panels for long rows in batched decode...
-PANEL_Q8K_MIN_TOKENS = 17     # ...and for any K in prompt-sized programs (above the 16 bucket)
-
-
-def use_panel(op_name: str, n_tokens: int, K: int) -> bool:
-    """Whether a program of up to n_tokens tokens uses the row-panel family (16 weight rows x nt
-    tokens per register tile) of an integer-dot op, from the kernel timings in
-    docs/kernels-int8.md and docs/kernels-kquants.md (2 threads, weights from DRAM):
-    - matmul_q8a (Q8_0, Q4_0, Q4_1): always (1.5-3x at 4-8 tokens and prefill), decode too, on
-      the nt = 1 panel tile: measured faster than the 1-row VNNI tiles there (2026-12-02,
-      2 threads, one-token steps: SmolLM2-135M Q4_1 3.2-3.5 vs 4.2 ms, a 0.5B Q4_0 12.5-13.0
-      vs 13.4-13.6, Q8_0 21.2-21.9 vs 23.3-23.5), and every row is then computed by one
-      arithmetic in every program of 1-16 tokens: a token's logits do not depend on how many
-      other tokens share its step (batched decode and speculation's verify steps give the
-      one-token step's exact numbers);
-    - matmul_q8k (Q4_K, Q5_K, Q6_K): for K >= 4096 (1.3-2.6x at 4-8 tokens: the 1-row tiles'
-      activations no longer fit L1) and for > 16 tokens (prefill: 1.1-1.5x); at 4-16 tokens and
-      short K the 1-row tiles are as fast or faster (Q6_K head 32000 x 2048: panels 0.45-0.65x), the
-      panels' per-block transposes costing more than the K-quants' cheaper 1-row unpacking.
-    matmul_q8k decode (1 token) never: the streaming 1-row tiles read each weight once at the
-    bandwidth."""
-    if n_tokens < PANEL_MIN_TOKENS.get(op_name, 2):
-        return False
-    if op_name == "matmul_q8k":
-        return K >= PANEL_Q8K_MIN_K or n_tokens >= PANEL_Q8K_MIN_TOKENS
-    return True
 ACT_L1_BYTES = 24 << 10       # int8 activation bytes a token tile may keep in L1 (half of 48 KiB)
 
 

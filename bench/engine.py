@@ -1,20 +1,27 @@
 """End-to-end engine benchmark: Reame's JIT engine beside llama.cpp on the same GGUF and threads.
 
     python -m bench.engine [--models qwen2-0.5b:Q8_0,tinyllama-1.1b:Q4_K_M] [--threads 2]
-                           [--prompt 512] [--gen 128] [--batches 1,4,8] [--rounds 2]
-                           [--llama-python PATH | --llama-bench PATH] [--json PATH]
+                           [--prompt 512] [--gen 128] [--batches 1,2,4,8,16] [--rounds 2]
+                           [--llama-python PATH | --llama-bench PATH]
+                           [--llama-batched-bench PATH] [--json PATH]
                            [--markdown docs/benchmarks.md]
 
 Per model (a synthetic GGUF from bench/synth.py, written once and cached):
 - Reame in fresh processes: cold start (empty kernel cache) and warm start (the cache filled by
   the cold run), prefill tok/s of a `--prompt`-token prompt, decode tok/s over `--gen` tokens,
-  aggregate decode tok/s at each batch size, the share of a decode step's thread-time spent
+  aggregate decode tok/s at each batch size and from them the cost of a k-token step relative
+  to a 1-token step (k / aggregate(k) over 1 / aggregate(1): what batching and speculation's
+  verify steps pay), the fraction of the streaming-read roofline decode reaches (the weight
+  bytes a token reads x decode tok/s over the read_bw kernel's bandwidth on the same threads,
+  measured in the same worker), the share of a decode step's thread-time spent
   outside kernels (Python, ctypes, launch and waits between ops: 1 - the kernel time summed over
   threads, sampled by the dispatch table, / (threads x wall time)), and peak RSS;
 - llama.cpp through llama-cpp-python (in this interpreter if it imports, else in
   `--llama-python` / $REAME_LLAMA_PYTHON), or else through a llama-bench executable
   (`--llama-bench` / $REAME_LLAMA_BENCH): prefill and decode tok/s on the same file, prompt
-  and thread count.
+  and thread count; with llama-batched-bench (`--llama-batched-bench` / $REAME_LLAMA_BATCHED_BENCH,
+  or beside the llama-bench executable) its aggregate decode at the same batch sizes
+  (`-npp 128 -ntg N -npl 1,2,...`), hence its k-token step costs beside Reame's.
 Measurements alternate between the two engines for `--rounds` rounds and keep each one's best,
 because this machine is shared and noisy; ratios are computed within one run. Before timing,
 each Reame worker checks its first-step logits against the numpy reference engine.
@@ -127,9 +134,64 @@ def worker_reame(a) -> dict:
         cur = [int(x) for x in prompt_tokens(c.n_vocab, B, seed=B)]
         agg[str(B)] = decode_rate(eng, cur, len(short), max(8, a.gen // 4))
     out["batch_decode_tps"] = agg
+    out["weight_bytes_per_token"] = decode_bytes(model)
     eng.close()
+    out["bandwidth_GBps"] = stream_bandwidth(out["threads"])
     out["peak_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     return out
+
+
+def decode_bytes(model) -> int:
+    """Weight bytes one decode token reads: every matrix once, the embedding table one row (all
+    of it when it is also the output head)."""
+    total = 0
+    for name, t in model.tensors.items():
+        if name == "token_embd.weight" and not model.config.tied_embeddings:
+            total += t.data.nbytes // max(1, model.config.n_vocab)
+        else:
+            total += t.data.nbytes
+    return total
+
+
+def stream_bandwidth(nth: int, nbytes: int = 512 << 20, reps: int = 8) -> float:
+    """GB/s of the read_bw kernel (a streaming read, checked against its reference) on nth
+    threads: the roofline a bandwidth-bound decode step is held to."""
+    from bench.kernels import Runner, measure_bandwidth
+    from reame.codegen.compiler import Compiler
+    from reame.codegen.isa import detect
+    isa, runner = detect(), Runner(nth)
+    try:
+        return measure_bandwidth(isa, Compiler(isa), runner, [nth], nbytes, reps)[str(nth)]
+    finally:
+        runner.close()
+
+
+def step_costs(agg: dict) -> dict:
+    """{k: the time of a k-token step over a 1-token step}, from aggregate tok/s by batch."""
+    b1 = agg.get("1") or agg.get(1)
+    return {str(k): (int(k) / v) / (1 / b1) for k, v in agg.items() if v} if b1 else {}
+
+
+def llama_batched_bench_binary(a) -> str | None:
+    cand = a.llama_batched_bench or os.environ.get("REAME_LLAMA_BATCHED_BENCH")
+    if not cand and llama_bench_binary(a):
+        cand = str(Path(llama_bench_binary(a)).with_name("llama-batched-bench"))
+    return cand if cand and os.access(cand, os.X_OK) else None
+
+
+def run_llama_batched(binary: str, model: Path, a) -> dict:
+    """llama.cpp's aggregate decode tok/s ({batch: speed_tg}) at a's batch sizes, after prompts
+    of 128 tokens, as Reame's worker measures its own."""
+    env = {**os.environ, "LD_LIBRARY_PATH": str(Path(binary).parent)}
+    gen = max(8, a.gen // 4)
+    r = subprocess.run([binary, "-m", str(model), "-c", str((128 + gen) * max(a.batches)),
+                        "-b", "2048", "-ub", "512", "-npp", "128", "-ntg", str(gen),
+                        "-npl", ",".join(map(str, a.batches)), "-t", str(a.threads),
+                        "--output-format", "jsonl"], env=env, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"llama-batched-bench failed:\n{r.stderr[-3000:]}")
+    rows = [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
+    return {str(x["pl"]): x["speed_tg"] for x in rows}
 
 
 def worker_llama(a) -> dict:
@@ -247,7 +309,8 @@ def bench_model(spec: str, a) -> dict:
     cold = run_worker(sys.executable, "reame", path, a, env, validate=not a.no_validate)
     print(f"   reame cold start {cold['start_s']:.2f} s (kernels built {cold['build_s']:.2f} s)",
           flush=True)
-    reame_runs, llama_runs = [cold], []
+    reame_runs, llama_runs, batched_runs = [cold], [], []
+    lbatched = llama_batched_bench_binary(a)
     for r in range(a.rounds):
         reame_runs.append(run_worker(sys.executable, "reame", path, a, env))
         print(f"   round {r + 1}: reame prefill {reame_runs[-1]['prefill_tps']:.1f} decode "
@@ -257,6 +320,10 @@ def bench_model(spec: str, a) -> dict:
                               else run_llama_bench(lbench, path, a))
             print(f"            llama.cpp prefill {llama_runs[-1]['prefill_tps']:.1f} decode "
                   f"{llama_runs[-1]['decode_tps']:.1f} tok/s", flush=True)
+        if lbatched:
+            batched_runs.append(run_llama_batched(lbatched, path, a))
+            print("            llama.cpp batched decode " + ", ".join(
+                f"{k}: {v:.1f}" for k, v in batched_runs[-1].items()) + " tok/s", flush=True)
     warm = reame_runs[1:]
     res = {"model": shape, "mix": mix, "file": str(path), "file_bytes": path.stat().st_size,
            "threads": cold["threads"], "isa": cold["isa"], "prompt": a.prompt, "gen": a.gen,
@@ -273,6 +340,8 @@ def bench_model(spec: str, a) -> dict:
                # the cold run also holds the reference engine's f32 weights (validation)
                "peak_rss_bytes": max(r["peak_rss_bytes"] for r in (warm or reame_runs)),
                "kv_bytes": cold["kv_bytes"],
+               "weight_bytes_per_token": cold["weight_bytes_per_token"],
+               "bandwidth_GBps": max(r["bandwidth_GBps"] for r in reame_runs),
                "validate_cos": cold.get("validate_cos")},
            "llama.cpp": None}
     if llama_runs:
@@ -284,8 +353,15 @@ def bench_model(spec: str, a) -> dict:
     agg = rm["batch_decode_tps"]
     b1 = agg.get("1")
     rm["batch_scaling"] = {B: v / b1 for B, v in agg.items()} if b1 else {}
+    rm["step_cost"] = step_costs(agg)
+    rm["roofline"] = rm["decode_tps"] * rm["weight_bytes_per_token"] / (rm["bandwidth_GBps"] * 1e9)
     rm["rss_budget_bytes"] = res["file_bytes"] + rm["kv_bytes"] + 300 * 2**20
-    if res["llama.cpp"]:
+    if batched_runs:
+        res["llama.cpp"] = res["llama.cpp"] or {"version": "llama-batched-bench"}
+        res["llama.cpp"]["batch_decode_tps"] = {k: max(r[k] for r in batched_runs)
+                                                for k in batched_runs[0]}
+        res["llama.cpp"]["step_cost"] = step_costs(res["llama.cpp"]["batch_decode_tps"])
+    if res["llama.cpp"] and "prefill_tps" in res["llama.cpp"]:
         lc = res["llama.cpp"]
         res["ratio"] = {"prefill": rm["prefill_tps"] / lc["prefill_tps"],
                         "decode": rm["decode_tps"] / lc["decode_tps"]}
@@ -303,9 +379,9 @@ def markdown(results: list[dict], when: str) -> str:
                                                        if r["llama.cpp"]}) or ["not run"])
              + ") on the same file and threads.", "",
              "| model | Reame prefill tok/s | llama.cpp prefill | ratio | Reame decode tok/s | "
-             "llama.cpp decode | ratio | batch 1 / 4 / 8 aggregate tok/s | batch-8 scaling | "
+             "llama.cpp decode | ratio | decode, share of the read roofline | "
              "out-of-kernel share | cold / warm start s | peak RSS MiB (budget) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         rm, lc = r["reame"], r["llama.cpp"] or {}
         agg = rm["batch_decode_tps"]
@@ -315,11 +391,31 @@ def markdown(results: list[dict], when: str) -> str:
             f"{f(rm['prefill_tps'])} | {f(lc.get('prefill_tps'))} | "
             f"{f(r.get('ratio', {}).get('prefill'), 2)} | {f(rm['decode_tps'])} | "
             f"{f(lc.get('decode_tps'))} | {f(r.get('ratio', {}).get('decode'), 2)} | "
-            f"{' / '.join(f(agg.get(b)) for b in ('1', '4', '8'))} | "
-            f"{f(rm['batch_scaling'].get('8'), 2)}x | {rm['out_of_kernel_share'] * 100:.1f}% | "
+            f"{rm['roofline'] * 100:.0f}% of {rm['bandwidth_GBps']:.1f} GB/s | "
+            f"{rm['out_of_kernel_share'] * 100:.1f}% | "
             f"{f(rm['cold_start_s'], 2)} / {f(rm['warm_start_s'], 2)} | "
             f"{rm['peak_rss_bytes'] / 2**20:.0f} ({rm['rss_budget_bytes'] / 2**20:.0f}) |")
-    return "\n".join(lines)
+    return "\n".join(lines + [""] + step_table(results))
+
+
+def step_table(results: list[dict]) -> list[str]:
+    """Multi-token steps: aggregate decode tok/s at each batch and the time of a k-token step
+    over a 1-token step (what batching and speculation's verify steps pay), Reame beside
+    llama.cpp's batched-bench."""
+    ks = sorted({int(k) for r in results for k in r["reame"]["batch_decode_tps"]})
+    lines = ["Multi-token steps (k sequences decoding, 128-token prompts): aggregate tok/s, and in "
+             "brackets the time of a k-token step over a 1-token step.", "",
+             "| model | engine | " + " | ".join(f"k = {k}" for k in ks) + " |",
+             "|---|---|" + "---|" * len(ks)]
+    for r in results:
+        for name, side in (("Reame", r["reame"]), ("llama.cpp", r["llama.cpp"] or {})):
+            agg, cost = side.get("batch_decode_tps"), side.get("step_cost", {})
+            if not agg:
+                continue
+            cells = [f"{agg[str(k)]:.1f} ({cost.get(str(k), 0):.2f}x)" if str(k) in agg else "-"
+                     for k in ks]
+            lines.append(f"| {r['model']} {r['mix']} | {name} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def write_markdown(path: Path, table: str, title: str = "Engine (bench/engine.py)",
@@ -342,9 +438,12 @@ def main(argv=None) -> int:
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--prompt", type=int, default=512)
     p.add_argument("--gen", type=int, default=128)
-    p.add_argument("--batches", default="1,4,8")
+    p.add_argument("--batches", default="1,2,4,8,16")
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--llama-python", default=None, help="a python that can import llama_cpp")
+    p.add_argument("--llama-batched-bench", default=None,
+                   help="llama.cpp's llama-batched-bench (default: $REAME_LLAMA_BATCHED_BENCH, or "
+                        "beside --llama-bench)")
     p.add_argument("--llama-bench", default=None,
                    help="a llama-bench executable, used when llama_cpp is not importable")
     p.add_argument("--json", default=str(REPO / "bench" / "results" / "engine.json"))

@@ -486,11 +486,9 @@ def test_embedding_pooling_from_the_model(stories_model):
 
     from reame.server.service import embedding_pooling
 
-    def engine(md, hidden=True):
-        e = NS(model=NS(metadata=md), config=NS(arch="qwen3"))
-        if hidden:
-            e.final_hidden = lambda lo, hi: None
-        return e
+    def engine(md):       # every engine gives its final hidden states (reame.engine_api)
+        return NS(model=NS(metadata=md), config=NS(arch="qwen3"),
+                  final_hidden=lambda lo, hi: None)
 
     cfg = ServerConfig()
     assert embedding_pooling(engine({}), cfg) == ("last", None)
@@ -501,8 +499,6 @@ def test_embedding_pooling_from_the_model(stories_model):
     assert kind is None and "cls" in why
     assert embedding_pooling(engine({"qwen3.pooling_type": 2}), ServerConfig(pooling="mean")) \
         == ("mean", None)
-    kind, why = embedding_pooling(engine({}, hidden=False), cfg)
-    assert kind is None and "hidden" in why
 
 
 def test_embeddings_errors(client, app):

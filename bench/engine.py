@@ -136,18 +136,21 @@ def worker_reame(a) -> dict:
     out["batch_decode_tps"] = agg
     out["weight_bytes_per_token"] = decode_bytes(model)
     eng.close()
-    out["bandwidth_GBps"] = stream_bandwidth(out["threads"])
     out["peak_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    out["bandwidth_GBps"] = stream_bandwidth(out["threads"])   # (its buffer after the RSS)
     return out
 
 
 def decode_bytes(model) -> int:
     """Weight bytes one decode token reads: every matrix once, the embedding table one row (all
-    of it when it is also the output head)."""
-    total = 0
+    of it when it is also the output head), of a mixture of experts' tables the share of the
+    experts a token picks (n_expert_used of n_expert)."""
+    c, total = model.config, 0
     for name, t in model.tensors.items():
-        if name == "token_embd.weight" and not model.config.tied_embeddings:
-            total += t.data.nbytes // max(1, model.config.n_vocab)
+        if name == "token_embd.weight" and not c.tied_embeddings:
+            total += t.data.nbytes // max(1, c.n_vocab)
+        elif "_exps." in name:
+            total += t.data.nbytes * c.n_expert_used // c.n_expert
         else:
             total += t.data.nbytes
     return total

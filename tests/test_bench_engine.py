@@ -36,3 +36,20 @@ def test_the_table_shows_both_engines_step_costs():
     assert "| tiny-llama Q8_0 | Reame | 100.0 (1.00x) | 200.0 (2.00x) |" in text
     assert "| tiny-llama Q8_0 | llama.cpp | 90.0 (1.00x) | 120.0 (3.00x) |" in text
     assert "50% of 20.0 GB/s" in text
+
+
+def test_decode_bytes_counts_the_picked_experts_only(tmp_path_factory):
+    # catches: every expert counted per token (a mixture of experts' decode then looked like
+    # 2x the read roofline: 223% in the first run of this column)
+    from bench.synth import synth_model
+    from reame.model import load_model
+    m = load_model(synth_model(tmp_path_factory, "tiny-qwen3moe", "F32"))
+    c = m.config
+    exps = sum(t.data.nbytes for n, t in m.tensors.items() if "_exps." in n)
+    assert exps and c.n_expert_used < c.n_expert
+    emb = m.tensors["token_embd.weight"].data.nbytes
+    other = sum(t.data.nbytes for n, t in m.tensors.items()
+                if "_exps." not in n and n != "token_embd.weight")
+    want = other + exps * c.n_expert_used // c.n_expert + (
+        emb if c.tied_embeddings else emb // c.n_vocab)
+    assert decode_bytes(m) == want

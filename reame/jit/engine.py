@@ -24,6 +24,7 @@ from ..codegen.runtime import NativePool, shared_pool
 from ..dispatch import DispatchTable
 from ..kv_cache import DEFAULT_BLOCK_SIZE, PagedKVCache
 from ..model import Model
+from ..codegen.ops.rms_norm import rms_norm
 from ..codegen.ops.rope import rope_angles
 from .. import graph as graph_
 from ..tensor_types import PROMPT_STEP
@@ -257,9 +258,7 @@ class JITEngine:
         forward's batch: what embeddings pool. The program leaves every token's final residual
         in `x`; the norm of a few rows is done here."""
         x = self.x[lo:hi].astype(np.float64)
-        w = self.small["output_norm.weight"]
-        return (x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + self.config.rms_eps)
-                * w).astype(np.float32)
+        return rms_norm(x, self.small["output_norm.weight"], self.config.rms_eps).astype(np.float32)
 
     def _check(self, batch: Batch, n: int) -> None:
         """Every index the kernels will follow is in range (they do not check)."""

@@ -171,7 +171,7 @@ def stream_bandwidth(nth: int, nbytes: int = 512 << 20, reps: int = 8) -> float:
 
 def step_costs(agg: dict) -> dict:
     """{k: the time of a k-token step over a 1-token step}, from aggregate tok/s by batch."""
-    b1 = agg.get("1") or agg.get(1)
+    b1 = agg.get("1")
     return {str(k): (int(k) / v) / (1 / b1) for k, v in agg.items() if v} if b1 else {}
 
 

@@ -20,6 +20,7 @@ from test_planner import FakeEngine, FakeGen
 
 from reame.planner import Planner, SchedulerParams, Seq
 from reame.speculate import Speculator
+from reame.speculate import control
 from reame.speculate.control import StepCost, choose
 from reame.speculate.index import TokenIndex
 
@@ -264,6 +265,104 @@ def test_speculation_regulates_itself_on_the_measured_costs():
     assert v_cheap > 0.5 * n_cheap
     assert v_sat <= 0.1 * n_sat
     assert n_sat > 1.5 * n_cheap
+
+
+def test_the_guard_keeps_a_non_drafting_sequences_time_per_token():
+    """16 decoding sequences on a curve where extra tokens are cheap, one offering 8
+    well-accepted tokens: tokens per second alone would take all 8 (a 16% longer step for the
+    15 others, which gain nothing); the guard allows the 3% margin only, until the others are
+    ahead of it (slack), and a sequence whose own drafts paid may be slowed by what it gained.
+    Catches a controller maximising tokens per second alone, or one ignoring the slack."""
+    c = curve(CHEAP)
+    offers = [[0.9] * 8] + [[]] * 15
+    assert choose(offers, 16, c, 100, [float("inf")] * 16) == [8] + [0] * 15   # no guard
+    k = choose(offers, 16, c, 100)[0]
+    assert c(16 + k) <= 1.03 * c(16) and k <= 1
+    assert choose(offers, 16, c, 100, [0.0] + [0.004] * 15)[0] == 8   # the others are ahead
+    # every one drafting well: each emits enough to pay for the longer step itself
+    assert sum(choose([[0.9] * 8] * 16, 16, c, 400)) >= 64
+    # one sequence behind its bound (its drafts were rejected): no draft of the others' slows it
+    assert sum(choose([[0.9] * 8] * 15 + [[]], 16, c, 400, [0.0] * 15 + [-0.01])) == 0
+
+
+def test_a_sequence_owes_the_time_its_rejected_draft_cost():
+    """A sequence whose draft (its own wrong prediction) is rejected emitted one token from a
+    longer step: it is behind the guard's bound by the difference, so others' drafts may not
+    slow it until it has caught up. Catches slack credited for the tokens drafted (offered)
+    rather than the tokens emitted."""
+    spec = Speculator(1000)
+    cheap_costs(spec)
+    p, eng = make(spec)
+    prompt = echo_prompt(np.random.default_rng(5))
+    nxt = expected(prompt, 1)[0]
+    s = Seq(prompt, FakeGen(6))
+    s.gen.prediction = prompt[-3:] + [nxt, 1 + (nxt + 1) % 997] + [2] * 6   # wrong from the 2nd
+    p.add(s)
+    while spec.drafts == 0:
+        p.apply(plan := p.plan(), eng.forward(plan.batch))
+    assert spec.draft_tokens > spec.accepted_tokens     # rejected past its first token
+    p.plan()                                            # the next step settles the last one
+    c, k = spec.cost, spec.draft_tokens
+    want = (1 + control.TPOT_MARGIN) * (1 + spec.accepted_tokens) * c(1) - c(1 + k)
+    assert spec.states[id(s)].slack == pytest.approx(want) and want < 0
+
+
+def mixed_row(keys):
+    """Sequences whose prompt starts with an even token repeat their last PERIOD tokens (drafts
+    are accepted); the others emit hashed tokens (unique text: nothing to draft)."""
+    if keys[0] % 2 == 0:
+        return [int(keys[-PERIOD])]
+    h = 0
+    for i, t in enumerate(keys):
+        h = (h * 1000003 + (int(t) + 1) * (i + 7)) % 2**61
+    return [3 + h % 997]
+
+
+def run_mixed(spec, cost_fn, n_echo=4, n_unique=12, tokens=80, echo_tokens=400):
+    """16 sequences decoding side by side on a simulated machine (a step of n tokens costs
+    cost_fn(n)): (each sequence's decode seconds per token, echoing first; the seconds of the
+    whole run)."""
+    rng = np.random.default_rng(3)
+    p, eng = make(spec, slots=16, blocks=1024, row=mixed_row)
+    seqs = []
+    for j in range(n_echo + n_unique):
+        prompt = echo_prompt(rng) if j < n_echo else [int(x) for x in rng.integers(3, 1000, 60)]
+        prompt[0] = 2 * (prompt[0] // 2) + (j >= n_echo)
+        seqs.append(add(p, prompt, echo_tokens if j < n_echo else tokens))
+    busy = {id(s): 0.0 for s in seqs}
+    wall = 0.0
+    while (plan := p.plan()) is not None:
+        before = {id(s): len(s.gen.output_ids) for s in seqs}
+        p.apply(plan, eng.forward(plan.batch))
+        dt = cost_fn(len(plan.batch))
+        wall += dt
+        if spec is not None:
+            spec.step_done(len(plan.batch), dt)
+        for w in plan.work:
+            if before[id(w.seq)]:                 # decoding (its first token came before)
+                busy[id(w.seq)] += dt
+    return [busy[id(s)] / (len(s.gen.output_ids) - 1) for s in seqs], wall
+
+
+def test_drafts_of_a_few_do_not_slow_the_many():
+    """Four echoing sequences (long replies) beside 12 unique ones on a curve where drafting
+    pays in tokens per second: unguarded, the unique sequences' time per token grows ~30% (the
+    control run shows it); guarded, by the margin at most, while the echoing ones still emit
+    their tokens in under 0.6x the time and the run is shorter. Catches the guard gone (the
+    margin made huge), a guard applied to the drafting sequences only, or slack counted from
+    what a sequence was offered instead of what it emitted."""
+    off, wall_off = run_mixed(None, CHEAP)
+    on, wall_on = run_mixed(Speculator(1000), CHEAP)
+    ratio = [b / a for a, b in zip(off, on)]
+    assert max(ratio[4:]) <= 1 + control.TPOT_MARGIN + 0.01, ratio
+    assert max(ratio[:4]) < 0.6 and wall_on < 0.6 * wall_off, ratio
+    saved = control.TPOT_MARGIN
+    control.TPOT_MARGIN = 1e9                          # the guard off: the scenario needs it
+    try:
+        free, _ = run_mixed(Speculator(1000), CHEAP)
+    finally:
+        control.TPOT_MARGIN = saved
+    assert min(b / a for a, b in zip(off[4:], free[4:])) > 1.2
 
 
 # ---- speculative sampling keeps the distribution ----

@@ -28,12 +28,13 @@ from __future__ import annotations
 import threading
 import time
 
-from .control import MAX_DRAFT, Acceptance, StepCost, choose
+from .control import MAX_DRAFT, TPOT_MARGIN, Acceptance, StepCost, allocate
 from .index import CHUNK, Candidate, TokenIndex
 
 MODES = ("auto", "on", "off")
 EXPLORE_EVERY = 32      # one in this many steps that could draft more drafts one token more
 MIN_CONF = 0.5          # a draft stops where fewer than half of its sources agree
+SLACK_STEPS = 32        # a sequence's slack is kept within +-this many one-step costs
 
 
 class SeqState:
@@ -50,6 +51,8 @@ class SeqState:
         self.follow_len = 0                     # len(seq.tokens) when `follow` was made
         self.match = 0                          # the last draft's match length
         self.sources: list[tuple[TokenIndex, int]] = []   # documents behind the last draft
+        self.slack = 0.0                        # seconds ahead of the time-per-token guard
+        self.emitted = 1                        # tokens the last verify step emitted for it
 
 
 def request_class(seq) -> str:
@@ -79,6 +82,8 @@ class Speculator:
         self.lock = threading.Lock()            # the engine thread writes; reports read
         self._declined = 0
         self._checks = 0
+        self._pending = None                    # (cost without drafts, with, states) of a step
+        self.held_steps = 0                     # steps whose drafts the guard cut
         # counters since start (vLLM: spec_decode_num_drafts / _draft_tokens / _accepted_tokens)
         self.drafts = self.draft_tokens = self.accepted_tokens = 0
         self.accepted_per_pos = [0] * MAX_DRAFT
@@ -92,6 +97,7 @@ class Speculator:
                 max_total: int) -> list[list[int]]:
         """Draft tokens for each decoding sequence (at most caps[i] for seqs[i], max_total in
         all); [] where the controller finds drafting loses."""
+        self._settle()
         if not self._may_pay(len(seqs), base_tokens, max_total):
             return [[] for _ in seqs]
         offers, cands = [], []
@@ -103,7 +109,9 @@ class Speculator:
                 offers.append([r * c for r, c in zip(rates, conf)])
             else:
                 offers.append([])
-        ks = choose(offers, base_tokens, self.cost, max_total)
+        states = [self._state(seq) for seq in seqs]
+        ks, held = allocate(offers, base_tokens, self.cost, max_total, [st.slack for st in states])
+        self.held_steps += held
         # exploration, now and then: one draft token more than chosen (a declined draft gets
         # verified, a larger step gets measured), so that neither a class's acceptance nor a
         # step size is judged once for good
@@ -112,6 +120,9 @@ class Speculator:
             if self._declined % EXPLORE_EVERY == 0:
                 i = max(range(len(cands)), key=lambda i: len(cands[i]) - ks[i])
                 ks[i] += 1
+        for st in states:
+            st.emitted = 1
+        self._pending = (self.cost(base_tokens), self.cost(base_tokens + sum(ks)), states)
         return [d[:k] for d, k in zip(cands, ks)]
 
     def _may_pay(self, n_seqs: int, base_tokens: int, max_total: int) -> bool:
@@ -194,6 +205,8 @@ class Speculator:
         if not draft:
             return
         st = self.states.get(id(seq))
+        if st is not None:
+            st.emitted = emitted
         with self.lock:
             self.drafts += 1
             self.draft_tokens += len(draft)
@@ -208,7 +221,21 @@ class Speculator:
                     ix.credit(doc, accepted / max(1, len(st.sources)))
 
     def step_done(self, n_tokens: int, seconds: float) -> None:
+        """After a step's forward pass (before its tokens are sampled): its measured cost."""
         self.cost.observe(n_tokens, seconds)
+
+    def _settle(self) -> None:
+        """Once the last proposing step's tokens are sampled (verified() ran): each sequence it
+        saw moves ahead of the time-per-token guard by what its emitted tokens would have cost
+        without drafts (1 + TPOT_MARGIN base steps each) less what the step cost (the curve's
+        estimates, as the choice used)."""
+        pending, self._pending = self._pending, None
+        if pending is None:
+            return
+        c0, c, states = pending
+        bound = SLACK_STEPS * c0
+        for st in states:
+            st.slack = max(-bound, min(bound, st.slack + (1 + TPOT_MARGIN) * st.emitted * c0 - c))
 
     def finished(self, seq) -> None:
         """seq is done: forget its state; its prompt and output join the global index."""
@@ -230,6 +257,7 @@ class Speculator:
                 "acceptance_rate": round(a / t, 4) if t else None,
                 "accepted_per_verify": round(a / d, 3) if d else None,
                 "tokens_per_verify": round(self.emitted / d, 3) if d else None,
+                "steps_held_for_tpot": self.held_steps,
                 "accepted_per_position": per_pos,
                 "index": {"documents": len(g.docs), "tokens": g.n_tokens,
                           "max_tokens": g.max_tokens, "evictions": g.evictions,

@@ -17,6 +17,15 @@ second, from measured step costs and observed acceptance.
   expected gain over every sequence gives the best value for each added total K, and the step
   takes the K of the highest value / cost(base + K). K = 0 whenever drafting loses: at
   saturation (cost grows as fast as tokens) or at low acceptance.
+- The time-per-token guard: a draft lengthens the step for every sequence in it, and one that
+  drafts nothing (or whose draft is rejected) only waits longer. So a K is taken only if, for
+  every decoding sequence i, cost(base + K) <= (1 + TPOT_MARGIN) e_i cost(base) + slack_i, with
+  e_i the tokens i is expected to emit (1 without a draft) and slack_i the time i is ahead of
+  that bound so far (Speculator keeps it from the tokens each sequence actually emitted):
+  over its life no sequence's time per token exceeds (1 + TPOT_MARGIN) times what it would
+  have been without speculation (on the measured curve), and a sequence that gained from its
+  own drafts may spend its gain on others'. Tokens per second alone would let drafts of a few
+  sequences slow many (unique chats at saturation: +20% p95 time per token, 2026-12-03).
 """
 
 from __future__ import annotations
@@ -32,6 +41,7 @@ SAMPLES = 16            # step times kept per token count (their median is the e
 MAX_DRAFT = 15          # draft tokens per sequence and step (1 + 15 fits the 16-token program)
 PRIOR_ACCEPT = (1.2, 0.8)   # Beta prior of a depth's acceptance (a mean of 0.6: worth a try)
 DECAY = 0.995           # per observation of a class: old evidence fades (~200 verify steps)
+TPOT_MARGIN = 0.03      # a sequence's time per token may grow by this share at most (the guard)
 
 
 def _bin(n: int) -> int:
@@ -173,15 +183,22 @@ class Acceptance:
 
 
 def choose(offers: list[list[float]], base_tokens: int, cost: StepCost,
-           max_total: int) -> list[int]:
+           max_total: int, slack: list[float] | None = None) -> list[int]:
+    return allocate(offers, base_tokens, cost, max_total, slack)[0]
+
+
+def allocate(offers: list[list[float]], base_tokens: int, cost: StepCost,
+             max_total: int, slack: list[float] | None = None) -> tuple[list[int], bool]:
     """Draft tokens per offer. offers[i]: the conditional acceptance of sequence i's draft
-    tokens in order; base_tokens: the tokens the step computes without drafts, each worth one
-    (prompt tokens are work the server must do as much as decode tokens: valued at 0, drafts
-    beside a long prompt chunk would look free while they delay it); at most max_total draft
-    tokens in all. Returns k_i <= len(offers[i])."""
+    tokens in order ([] : a decoding sequence with nothing to draft); base_tokens: the tokens
+    the step computes without drafts, each worth one (prompt tokens are work the server must do
+    as much as decode tokens: valued at 0, drafts beside a long prompt chunk would look free
+    while they delay it); at most max_total draft tokens in all; slack[i]: seconds sequence i is
+    ahead of the time-per-token guard (None: none is). Returns (k_i <= len(offers[i]), whether
+    the guard cut the total below the best rate's)."""
     ks = [0] * len(offers)
     if not offers or max_total <= 0 or not cost.known():
-        return ks
+        return ks, False
     # the expected gain of each sequence's next token is its survival probability: decreasing
     # along a sequence, so a heap of each sequence's next gain yields the best order overall
     heap = [(-o[0], i, 0, o[0]) for i, o in enumerate(offers) if o]
@@ -193,13 +210,27 @@ def choose(offers: list[list[float]], base_tokens: int, cost: StepCost,
         if j + 1 < len(offers[i]):
             nxt = surv * offers[i][j + 1]
             heapq.heappush(heap, (-nxt, i, j + 1, nxt))
-    best_k, best_rate = 0, base_tokens / cost(base_tokens)
+    c0 = cost(base_tokens)
+    unit = (1 + TPOT_MARGIN) * c0
+    slack = slack or [0.0] * len(offers)
+    emit = [1.0] * len(offers)                     # expected tokens out of the step, per sequence
+    # each sequence's bound on the step's cost, lowest first (lazy: stale entries skipped)
+    bounds = [(unit + s, i) for i, s in enumerate(slack)]
+    heapq.heapify(bounds)
+    best_k, best_rate = 0, base_tokens / c0
+    free_rate = best_rate                          # the best rate without the guard
     value = float(base_tokens)
-    for k, (_, gain) in enumerate(order, 1):
+    for k, (i, gain) in enumerate(order, 1):
         value += gain
-        rate = value / cost(base_tokens + k)
-        if rate > best_rate * 1.0001:
+        emit[i] += gain
+        heapq.heappush(bounds, (unit * emit[i] + slack[i], i))
+        while unit * emit[bounds[0][1]] + slack[bounds[0][1]] != bounds[0][0]:
+            heapq.heappop(bounds)
+        c = cost(base_tokens + k)
+        rate = value / c
+        if rate > best_rate * 1.0001 and c <= bounds[0][0]:
             best_k, best_rate = k, rate
+        free_rate = max(free_rate, rate)
     for i, _ in order[:best_k]:
         ks[i] += 1
-    return ks
+    return ks, free_rate > best_rate * 1.0001

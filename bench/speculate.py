@@ -20,7 +20,11 @@ and half of the requests (exactly n // 2, none of the first 5) reuse the file or
 earlier request, half of those with the same question again (the same request), the others with
 another question, as agents re-read the same content.
 --control adds a control workload: 48 unique short chats (no shared content; 16 with --quick) at
-16 concurrent requests, for reame-off and reame-on only (fresh servers).
+16 concurrent requests, for reame-off and reame-on only (fresh servers), --control-rounds times
+(default 3; 1 with --quick) in alternating order (off, on; on, off; ...: the machine's drift
+falls on both): one p95 of 48 requests moves by ~10% from server to server, more than the line
+it checks. The control line pools the rounds: throughput on / off (completion tokens over the
+summed wall times) and the p95 time per output token over every round's requests.
 
 Requests are sent by C workers (each takes the next request, in index order, when its previous
 one finished) for each C of --concurrency. Per concurrency level the servers run one after the
@@ -68,8 +72,9 @@ from bench.trace import httpx
 REPO = trace.REPO
 DEFAULT_GGUF = REPO.parent / "shared" / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
 SERVERS = ("reame-off", "reame-on", "reame-restart", "llama", "llama-ngram")
-DEFAULTS = dict(requests=60, concurrency="1,4", max_tokens=200, control_requests=48)
-QUICK = dict(requests=12, concurrency="1", max_tokens=48, control_requests=16)
+DEFAULTS = dict(requests=60, concurrency="1,4", max_tokens=200, control_requests=48,
+                control_rounds=3)
+QUICK = dict(requests=12, concurrency="1", max_tokens=48, control_requests=16, control_rounds=1)
 CONTROL_CONCURRENCY = 16
 CHAT = "/v1/chat/completions"
 FIRST, LAST = 5, 20
@@ -476,7 +481,9 @@ def table(runs: list[dict]) -> str:
         mis_s = "-" if mis is None else f"{len(mis)} / {s['requests']}"
         ok = f"{s['ok']}/{s['requests']}"
         lines.append(
-            f"| {run['server']} | {run['workload']} | {run['concurrency']} | {ok} | "
+            f"| {run['server']} | {run['workload']}"
+            f"{' r%d' % (run.get('round', 0) + 1) if run['workload'] == 'control' else ''} | "
+            f"{run['concurrency']} | {ok} | "
             f"{_f(s['decode_first5'])} | {_f(s['decode_last20'])} | "
             f"{_f(s['decode_ratio'], '.2f', 'x')} | {_f(s['tok_s'])} | "
             f"{_f(s['ttft_p50'], '.2f', ' s')} | {_f(s['tpot_p95'] and s['tpot_p95'] * 1e3, '.1f', ' ms')} | "
@@ -496,6 +503,27 @@ def restart_lines(runs: list[dict]) -> list[str]:
         out.append(f"C={c}: reame-restart first 5 {_f(a)} tok/s vs reame-on last 20 {_f(b)} "
                    f"tok/s ({_f(a / b if a and b else None, '.2f', 'x')})")
     return out
+
+
+def control_lines(runs: list[dict]) -> list[str]:
+    """The control workload's rounds pooled: reame-on against reame-off, throughput (completion
+    tokens over summed wall times) and the p95 time per output token over all requests."""
+    pooled = {}
+    for r in runs:
+        if r["workload"] == "control" and r["server"] in ("reame-off", "reame-on"):
+            p = pooled.setdefault(r["server"], {"tokens": 0, "wall": 0.0, "tpot": [], "n": 0})
+            p["tokens"] += r["summary"]["completion_tokens"]
+            p["wall"] += r["summary"]["wall_s"]
+            p["tpot"] += [1 / x["decode_tok_s"] for x in r["requests"] if x["decode_tok_s"]]
+            p["n"] += 1
+    if len(pooled) < 2 or not all(p["wall"] and p["tpot"] for p in pooled.values()):
+        return []
+    off, on = pooled["reame-off"], pooled["reame-on"]
+    thr = (on["tokens"] / on["wall"]) / (off["tokens"] / off["wall"])
+    t_off, t_on = (trace.percentile(p["tpot"], 95) for p in (off, on))
+    return [f"control, {on['n']} round(s) pooled: throughput reame-on / reame-off "
+            f"{thr:.3f}x, p95 time per output token {t_on * 1e3:.1f} / {t_off * 1e3:.1f} ms "
+            f"({t_on / t_off:.3f}x) over {len(on['tpot'])} / {len(off['tpot'])} requests"]
 
 
 def identity_lines(runs: list[dict]) -> list[str]:
@@ -640,6 +668,8 @@ def parse_args(argv):
                     f"short chats, {CONTROL_CONCURRENCY} concurrent) on reame-off and reame-on")
     ap.add_argument("--control-requests", type=int, help="requests of the control workload "
                     "(default 48)")
+    ap.add_argument("--control-rounds", type=int, help="control rounds, alternating the "
+                    "servers' order (default 3)")
     ap.add_argument("--json", default=str(REPO / "bench" / "results" / "speculate.json"))
     ap.add_argument("--markdown", default=None, help="put the table in this Markdown file")
     ap.add_argument("--plot", default=None, help="PNG of decode tok/s per request")
@@ -680,13 +710,15 @@ def main(argv=None) -> int:
             d.mkdir(parents=True)
             return str(d)
 
-        plan = [("repetitive", work, c) for c in a.concurrencies]
+        plan = [("repetitive", work, c, 0) for c in a.concurrencies]
         if a.control:
-            plan.append(("control", control_workload(a.control_requests, a.seed),
-                         CONTROL_CONCURRENCY))
-        for workload, requests, c in plan:
+            plan += [("control", control_workload(a.control_requests, a.seed),
+                      CONTROL_CONCURRENCY, k) for k in range(a.control_rounds)]
+        for workload, requests, c, round_ in plan:
             names = (wanted if workload == "repetitive"
                      else [s for s in wanted if s in ("reame-off", "reame-on")])
+            if round_ % 2:                       # every other control round: on first
+                names = names[::-1]
             done: dict[str, dict] = {}
             on_dir = None
             for name in names:
@@ -696,14 +728,18 @@ def main(argv=None) -> int:
                         continue
                     d = on_dir
                 elif name.startswith("reame"):
-                    d = fresh(f"{workload}-c{c}-{name}")
+                    d = fresh(f"{workload}-c{c}-{name}-r{round_}")
                 else:
                     d = None
                 run = run_server(name, a, workload, requests, body, c, d)
+                run["round"] = round_
                 if name == "reame-on":
                     on_dir = d
                 if name in ("reame-on", "reame-restart") and "reame-off" in done:
                     run["mismatches"] = mismatches(done["reame-off"]["requests"], run["requests"])
+                if name == "reame-off" and "reame-on" in done:     # a round in the other order
+                    done["reame-on"]["mismatches"] = mismatches(run["requests"],
+                                                                done["reame-on"]["requests"])
                 done[name] = run
                 runs.append(run)
                 print(table([run]).splitlines()[-1], flush=True)
@@ -711,7 +747,7 @@ def main(argv=None) -> int:
     command = "python -m bench.speculate" + (" " + shlex.join(argv) if argv else "")
     when = time.strftime("%Y-%m-%d")
     text = table(runs)
-    notes = identity_lines(runs) + restart_lines(runs)
+    notes = identity_lines(runs) + restart_lines(runs) + control_lines(runs)
     print("\n" + text + "\n")
     for line in notes:
         print(line)
@@ -720,7 +756,8 @@ def main(argv=None) -> int:
         print(f"byte identity with reame-off: {total_bad} mismatches")
     Path(a.json).parent.mkdir(parents=True, exist_ok=True)
     config = {k: getattr(a, k) for k in ("requests", "concurrencies", "max_tokens", "threads",
-                                         "seed", "server_list", "control", "control_requests")}
+                                         "seed", "server_list", "control", "control_requests",
+                                         "control_rounds")}
     Path(a.json).write_text(json.dumps(
         {"date": when, "command": command, "model": str(a.gguf), "config": config,
          "workload": [{k: v for k, v in r.items() if k != "messages"} for r in work],
@@ -740,7 +777,8 @@ def main(argv=None) -> int:
                 "(last token - first token), medians over the first 5 and last 20 requests in "
                 "send order; C = client concurrency cap"
                 + (f"; control: {a.control_requests} unique short chats at "
-                   f"{CONTROL_CONCURRENCY} concurrent" if a.control else "") + ").")
+                   f"{CONTROL_CONCURRENCY} concurrent, {a.control_rounds} round(s) in "
+                   "alternating order" if a.control else "") + ").")
         body_md = what + "\n\n" + text + ("\n\n" + "\n".join(f"- {x}" for x in notes)
                                           if notes else "")
         trace.write_section(Path(a.markdown), f"Speculative decoding benchmark ({when})",

@@ -284,7 +284,9 @@ def test_replay_caps_concurrency_and_sends_in_order(fake):
 def test_main_end_to_end_with_a_fake_server(fake, tmp_path, monkeypatch, capsys):
     """Every server of --quick against the fake (its start replaced): each run's command, the
     adaptive dirs (fresh, reame-restart on reame-on's), the identity check catching the
-    restart's changed reply, the speculation counters, JSON and the Markdown section."""
+    restart's changed reply, the speculation counters, two control rounds in alternating order
+    (the second checked for identity once reame-off ran after it) pooled into one line, JSON
+    and the Markdown section."""
     started = []
     fake.gap = 0.0005
 
@@ -300,29 +302,31 @@ def test_main_end_to_end_with_a_fake_server(fake, tmp_path, monkeypatch, capsys)
     out, md = tmp_path / "s.json", tmp_path / "speculation.md"
     md.write_text("# Speculation\n\nintro\n")
     argv = ["--quick", "--gguf", "m.gguf", "--threads", "1", "--llama-server", "/opt/llama-server",
-            "--control", "--json", str(out), "--markdown", str(md)]
+            "--control", "--control-rounds", "2", "--json", str(out), "--markdown", str(md)]
     assert sp.main(argv) == 0
     labels = [lab.removeprefix("speculate-") for lab, _ in started]
     assert labels == ["reame-off", "reame-on", "reame-restart", "llama", "llama-ngram",
-                      "reame-off", "reame-on"]                          # then the control
+                      "reame-off", "reame-on", "reame-on", "reame-off"]   # then the control
     cmds = [c for _, c in started]
     dirs = [c[c.index("--adaptive-dir") + 1] for c in cmds if "--adaptive-dir" in c]
     assert dirs[2] == dirs[1] and len({dirs[0], dirs[1], dirs[3], dirs[4]}) == 4
     assert [c[c.index("--speculate") + 1] for c in cmds if "--speculate" in c] == [
-        "off", "on", "on", "off", "on"]
+        "off", "on", "on", "off", "on", "on", "off"]
+    assert len(set(dirs[3:])) == 4                      # every control server on a fresh dir
     assert cmds[0][2:5] == ["reame", "serve", "m.gguf"] and "--threads" in cmds[0]
     assert cmds[3][:1] == ["/opt/llama-server"] and cmds[3][cmds[3].index("-np") + 1] == "1"
     assert "--spec-type" not in cmds[3] and cmds[4][-2:] == ["--spec-type", "ngram-mod"]
     assert all(b["temperature"] == 0 and b["stream_options"] == {"include_usage": True}
                and "logit_bias" not in b and b["model"] == "fake-model" for _, _, b in fake.log)
     timed = [b for _, mode, b in fake.log if b["max_tokens"] == 48]
-    assert len(timed) == 5 * 12 + 2 * 16                        # + 2 warm-ups a server
+    assert len(timed) == 5 * 12 + 4 * 16                        # + 2 warm-ups a server
 
     res = json.loads(out.read_text())
     runs = {(r["server"], r["workload"]): r for r in res["runs"]}
     assert runs["reame-on", "repetitive"]["mismatches"] == []
     assert runs["reame-restart", "repetitive"]["mismatches"] == [7]
-    assert runs["reame-on", "control"]["mismatches"] == []
+    control_on = [r for r in res["runs"] if r["server"] == "reame-on" and r["workload"] == "control"]
+    assert [r["mismatches"] for r in control_on] == [[], []] and control_on[1]["round"] == 1
     assert "mismatches" not in runs["llama", "repetitive"]
     on = runs["reame-on", "repetitive"]
     assert on["speculation"] == {"mode": "reame-on", "proposed": 10, "accepted": 7}
@@ -343,12 +347,15 @@ def test_main_end_to_end_with_a_fake_server(fake, tmp_path, monkeypatch, capsys)
     assert "reame-restart repetitive C=1: 1 of 12 outputs differ from reame-off (requests 7)" \
         in printed
     assert "C=1: reame-restart first 5 " in printed and "vs reame-on last 20 " in printed
+    assert "control, 2 round(s) pooled: throughput reame-on / reame-off " in printed
+    assert "over 32 / 32 requests" in printed
     text = md.read_text()
     assert text.startswith("# Speculation\n\nintro\n")
     assert "<!-- speculate:begin -->\n## Speculative decoding benchmark (" in text
     assert f"`python -m bench.speculate {' '.join(argv)}`" in text
     assert "| reame-restart | repetitive | 1 | 12/12 |" in text and "| 1 / 12 |" in text
     assert "| llama-ngram | repetitive | 1 | 12/12 |" in text and "36 / 48 (75%)" in text
+    assert "| reame-on | control r2 | 16 | 16/16 |" in text and "- control, 2 round(s)" in text
     again = ["--quick", "--servers", "reame-off", "--json", str(out), "--markdown", str(md)]
     assert sp.main(again) == 0                                       # replaced, not appended
     text = md.read_text()

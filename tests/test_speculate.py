@@ -278,6 +278,7 @@ def test_the_guard_keeps_a_non_drafting_sequences_time_per_token():
     assert choose(offers, 16, c, 100, [float("inf")] * 16) == [8] + [0] * 15   # no guard
     k = choose(offers, 16, c, 100)[0]
     assert c(16 + k) <= 1.03 * c(16) and k <= 1
+    assert control.allocate(offers, 16, c, 100)[1] in range(1, 16)    # held by a non-drafter
     assert choose(offers, 16, c, 100, [0.0] + [0.004] * 15)[0] == 8   # the others are ahead
     # every one drafting well: each emits enough to pay for the longer step itself
     assert sum(choose([[0.9] * 8] * 16, 16, c, 400)) >= 64
@@ -352,8 +353,11 @@ def test_drafts_of_a_few_do_not_slow_the_many():
     margin made huge), a guard applied to the drafting sequences only, or slack counted from
     what a sequence was offered instead of what it emitted."""
     off, wall_off = run_mixed(None, CHEAP)
-    on, wall_on = run_mixed(Speculator(1000), CHEAP)
+    spec = Speculator(1000)
+    on, wall_on = run_mixed(spec, CHEAP)
     ratio = [b / a for a, b in zip(off, on)]
+    held = spec.report()["held_by"]
+    assert held["no_draft"] > 0 and spec.report()["steps_held_for_tpot"] == sum(held.values())
     assert max(ratio[4:]) <= 1 + control.TPOT_MARGIN + 0.01, ratio
     assert max(ratio[:4]) < 0.6 and wall_on < 0.6 * wall_off, ratio
     saved = control.TPOT_MARGIN

@@ -83,7 +83,10 @@ class Speculator:
         self._declined = 0
         self._checks = 0
         self._pending = None                    # (cost without drafts, with, states) of a step
-        self.held_steps = 0                     # steps whose drafts the guard cut
+        # steps whose drafts the guard cut, by the state of the sequence whose bound did: behind
+        # its bound (in_debt), with nothing to draft (no_draft), or drafting too little to pay
+        # for the step's growth itself (draft)
+        self.held_by = {"in_debt": 0, "no_draft": 0, "draft": 0}
         # counters since start (vLLM: spec_decode_num_drafts / _draft_tokens / _accepted_tokens)
         self.drafts = self.draft_tokens = self.accepted_tokens = 0
         self.accepted_per_pos = [0] * MAX_DRAFT
@@ -110,8 +113,12 @@ class Speculator:
             else:
                 offers.append([])
         states = [self._state(seq) for seq in seqs]
-        ks, held = allocate(offers, base_tokens, self.cost, max_total, [st.slack for st in states])
-        self.held_steps += held
+        ks, binder = allocate(offers, base_tokens, self.cost, max_total,
+                              [st.slack for st in states])
+        if binder is not None:                  # why: the sequence whose bound held the drafts
+            st = states[binder]
+            why = "in_debt" if st.slack < 0 else "no_draft" if not offers[binder] else "draft"
+            self.held_by[why] += 1
         # exploration, now and then: one draft token more than chosen (a declined draft gets
         # verified, a larger step gets measured), so that neither a class's acceptance nor a
         # step size is judged once for good
@@ -257,7 +264,8 @@ class Speculator:
                 "acceptance_rate": round(a / t, 4) if t else None,
                 "accepted_per_verify": round(a / d, 3) if d else None,
                 "tokens_per_verify": round(self.emitted / d, 3) if d else None,
-                "steps_held_for_tpot": self.held_steps,
+                "steps_held_for_tpot": sum(self.held_by.values()),
+                "held_by": dict(self.held_by),
                 "accepted_per_position": per_pos,
                 "index": {"documents": len(g.docs), "tokens": g.n_tokens,
                           "max_tokens": g.max_tokens, "evictions": g.evictions,

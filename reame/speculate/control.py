@@ -188,17 +188,17 @@ def choose(offers: list[list[float]], base_tokens: int, cost: StepCost,
 
 
 def allocate(offers: list[list[float]], base_tokens: int, cost: StepCost,
-             max_total: int, slack: list[float] | None = None) -> tuple[list[int], bool]:
+             max_total: int, slack: list[float] | None = None) -> tuple[list[int], int | None]:
     """Draft tokens per offer. offers[i]: the conditional acceptance of sequence i's draft
     tokens in order ([] : a decoding sequence with nothing to draft); base_tokens: the tokens
     the step computes without drafts, each worth one (prompt tokens are work the server must do
     as much as decode tokens: valued at 0, drafts beside a long prompt chunk would look free
     while they delay it); at most max_total draft tokens in all; slack[i]: seconds sequence i is
-    ahead of the time-per-token guard (None: none is). Returns (k_i <= len(offers[i]), whether
-    the guard cut the total below the best rate's)."""
+    ahead of the time-per-token guard (None: none is). Returns (k_i <= len(offers[i]), the
+    sequence whose bound cut the total below the best rate's, or None)."""
     ks = [0] * len(offers)
     if not offers or max_total <= 0 or not cost.known():
-        return ks, False
+        return ks, None
     # the expected gain of each sequence's next token is its survival probability: decreasing
     # along a sequence, so a heap of each sequence's next gain yields the best order overall
     heap = [(-o[0], i, 0, o[0]) for i, o in enumerate(offers) if o]
@@ -218,7 +218,7 @@ def allocate(offers: list[list[float]], base_tokens: int, cost: StepCost,
     bounds = [(unit + s, i) for i, s in enumerate(slack)]
     heapq.heapify(bounds)
     best_k, best_rate = 0, base_tokens / c0
-    free_rate = best_rate                          # the best rate without the guard
+    free_rate, binder = best_rate, None            # the best rate without the guard
     value = float(base_tokens)
     for k, (i, gain) in enumerate(order, 1):
         value += gain
@@ -230,7 +230,8 @@ def allocate(offers: list[list[float]], base_tokens: int, cost: StepCost,
         rate = value / c
         if rate > best_rate * 1.0001 and c <= bounds[0][0]:
             best_k, best_rate = k, rate
-        free_rate = max(free_rate, rate)
+        if rate > free_rate:
+            free_rate, binder = rate, (bounds[0][1] if c > bounds[0][0] else None)
     for i, _ in order[:best_k]:
         ks[i] += 1
-    return ks, free_rate > best_rate * 1.0001
+    return ks, binder if free_rate > best_rate * 1.0001 else None

@@ -325,7 +325,8 @@ def test_main_end_to_end_with_a_fake_server(fake, tmp_path, monkeypatch, capsys)
     runs = {(r["server"], r["workload"]): r for r in res["runs"]}
     assert runs["reame-on", "repetitive"]["mismatches"] == []
     assert runs["reame-restart", "repetitive"]["mismatches"] == [7]
-    control_on = [r for r in res["runs"] if r["server"] == "reame-on" and r["workload"] == "control"]
+    control_on = [r for r in res["runs"]
+                  if r["server"] == "reame-on" and r["workload"] == "control"]
     assert [r["mismatches"] for r in control_on] == [[], []] and control_on[1]["round"] == 1
     assert "mismatches" not in runs["llama", "repetitive"]
     on = runs["reame-on", "repetitive"]

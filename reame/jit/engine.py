@@ -3,11 +3,11 @@
 At load, the model's graph (reame/graph.py, the same nodes the reference engine interprets) is
 planned (plan.py) and laid out by `_build` as a program of op sites for each bucket of step
 sizes: 1 token (decode of one sequence), up to 4, 8 and 16 tokens (batched decode, mixed steps)
-and up to the prefill chunk, each with the kernel tiles that suit that many tokens. Each op site calls its kernel through the live
-dispatch table. A step writes the batch (token ids, positions, KV slots, logits rows) into
-fixed buffers, sets the per-step words of the argument blocks, swaps in staged variants (the
-step boundary) and launches the program on the thread pool: every thread walks the ops once and
-the threads meet at barriers inside generated code. No numpy runs in the per-token path.
+and up to the prefill chunk, each with the kernel tiles that suit that many tokens. Each op
+site calls its kernel through the live dispatch table. A step writes the batch (token ids,
+positions, KV slots, logits rows) into fixed buffers, sets the per-step words of the argument
+blocks, swaps in staged variants (the step boundary) and launches the program on the thread
+pool: every thread walks the ops once and the threads meet at barriers inside generated code. No numpy runs in the per-token path.
 """
 
 from __future__ import annotations

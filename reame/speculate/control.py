@@ -12,7 +12,7 @@ second, from measured step costs and observed acceptance.
 - `Acceptance`: per request class (reame/speculate/__init__.py) and match-length range, how often
   the draft token at each depth was accepted once the ones before it were (Beta-smoothed,
   decayed so that it follows a change of traffic).
-- `choose`: the allocation. A sequence offering draft tokens with acceptance a_1, a_2, ... is
+- `allocate`: the allocation. A sequence offering draft tokens with acceptance a_1, a_2, ... is
   expected to emit 1 + a_1 + a_1 a_2 + ... tokens; taking draft tokens in order of their
   expected gain over every sequence gives the best value for each added total K, and the step
   takes the K of the highest value / cost(base + K). K = 0 whenever drafting loses: at
@@ -22,9 +22,10 @@ second, from measured step costs and observed acceptance.
   every decoding sequence i, cost(base + K) <= (1 + TPOT_MARGIN) e_i cost(base) + slack_i, with
   e_i the tokens i is expected to emit (1 without a draft) and slack_i the time i is ahead of
   that bound so far (Speculator keeps it from the tokens each sequence actually emitted):
-  over its life no sequence's time per token exceeds (1 + TPOT_MARGIN) times what it would
-  have been without speculation (on the measured curve), and a sequence that gained from its
-  own drafts may spend its gain on others'. Tokens per second alone would let drafts of a few
+  others' drafts never take a sequence past (1 + TPOT_MARGIN) times the time per token it
+  would have without them (on the measured curve), a sequence that gained from its own drafts
+  may spend its gain on others', and one whose own drafts were rejected holds every draft in
+  its steps until it has caught up. Tokens per second alone would let drafts of a few
   sequences slow many (unique chats at saturation: +20% p95 time per token, 2026-12-03).
 """
 
@@ -180,11 +181,6 @@ class Acceptance:
                     and len(st) == MAX_DRAFT and all(len(r) == 2 for r in st)):
                 raise ValueError("acceptance: [class, match range, [[accepted, proposed]]]")
             self.stats[(c, m)] = [[float(a), float(p)] for a, p in st]
-
-
-def choose(offers: list[list[float]], base_tokens: int, cost: StepCost,
-           max_total: int, slack: list[float] | None = None) -> list[int]:
-    return allocate(offers, base_tokens, cost, max_total, slack)[0]
 
 
 def allocate(offers: list[list[float]], base_tokens: int, cost: StepCost,

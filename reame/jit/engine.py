@@ -7,7 +7,8 @@ and up to the prefill chunk, each with the kernel tiles that suit that many toke
 site calls its kernel through the live dispatch table. A step writes the batch (token ids,
 positions, KV slots, logits rows) into fixed buffers, sets the per-step words of the argument
 blocks, swaps in staged variants (the step boundary) and launches the program on the thread
-pool: every thread walks the ops once and the threads meet at barriers inside generated code. No numpy runs in the per-token path.
+pool: every thread walks the ops once and the threads meet at barriers inside generated code.
+No numpy runs in the per-token path.
 """
 
 from __future__ import annotations

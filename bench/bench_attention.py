@@ -8,7 +8,11 @@ Every kernel is validated against its numpy reference before it is timed. Timing
   cost of a Python-level barrier per call.
 
     python -m bench.bench_attention [--ctx 4096] [--prefill 512] [--cached 0] [--kv f32,f16]
-                                    [--skip-decode]
+                                    [--skip-decode] [--verify-rows 16]
+
+Decode: one token at position ctx - 1 of one sequence, every attn_decode variant; then
+--verify-rows consecutive tokens of one sequence, as a verify step's rows of a drafted
+sequence.
 
 Prefill: a chunk of --prefill tokens at positions --cached .. --cached + prefill - 1 of one
 sequence (the first --cached positions already in the cache), every attn_prefill family: the
@@ -105,6 +109,16 @@ def attention(args):
                 t = time_kernel(k, [c.args for c in layers], nth)
                 rows.append(("decode", kv, f"ctx={C}", spec.family, tiles(spec), nth,
                              f"{t * 1e6:.0f} us", f"{kv_bytes / t / 1e9:.1f} GB/s"))
+            # a verify step's rows: R consecutive tokens of one sequence (its keys read by each)
+            R = args.verify_rows
+            if R > 1:
+                pos = list(range(C - R, C))
+                layers = [make_attention_case(op, spec, rng, R, positions=pos, seq_ids=[0] * R,
+                                              seqs=1) for _ in range(len(layers))]
+                for nth in (1, 2):
+                    t = time_kernel(k, [c.args for c in layers], nth)
+                    rows.append(("verify", kv, f"{R} rows ctx={C}", spec.family, tiles(spec),
+                                 nth, f"{t * 1e6:.0f} us", f"{t * 1e6 / R:.1f} us a row"))
         # prefill: positions S..S+P-1 of one sequence (S = --cached)
         op = get_op("attn_prefill")
         P, S = args.prefill, args.cached
@@ -144,6 +158,8 @@ def main():
     ap.add_argument("--heads", type=int, default=14)
     ap.add_argument("--kv-heads", type=int, default=2)
     ap.add_argument("--head-dim", type=int, default=64)
+    ap.add_argument("--verify-rows", type=int, default=16, help="decode rows of one sequence "
+                    "timed together, as in a verify step (<= 1: not timed)")
     ap.add_argument("--kv", default="f32,f16")
     ap.add_argument("--block-size", type=int, default=64, help="KV block size (0: contiguous)")
     ap.add_argument("--check-large", action="store_true",

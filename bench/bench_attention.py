@@ -12,7 +12,9 @@ Every kernel is validated against its numpy reference before it is timed. Timing
 
 Decode: one token at position ctx - 1 of one sequence, every attn_decode variant; then
 --verify-rows consecutive tokens of one sequence, as a verify step's rows of a drafted
-sequence.
+sequence. The same two cases on every attn_prefill family (f32 and amx), with whether each
+row's output bits are the same computed alone as in the run ("invariant"): a kernel that both
+decode and verify rows could run without changing a greedy token (docs/speculation.md).
 
 Prefill: a chunk of --prefill tokens at positions --cached .. --cached + prefill - 1 of one
 sequence (the first --cached positions already in the cache), every attn_prefill family: the
@@ -119,6 +121,8 @@ def attention(args):
                     t = time_kernel(k, [c.args for c in layers], nth)
                     rows.append(("verify", kv, f"{R} rows ctx={C}", spec.family, tiles(spec),
                                  nth, f"{t * 1e6:.0f} us", f"{t * 1e6 / R:.1f} us a row"))
+        if not args.skip_decode and args.verify_rows > 1:
+            rows += rows_on_prefill_kernels(args, isa, dims)
         # prefill: positions S..S+P-1 of one sequence (S = --cached)
         op = get_op("attn_prefill")
         P, S = args.prefill, args.cached
@@ -140,6 +144,51 @@ def attention(args):
                 rows.append(("prefill", kv, f"n={P}" + (f"@{S}" if S else ""), spec.family,
                              tiles(spec), nth,
                              f"{t * 1e3:.2f} ms", f"{flops / t / 1e9:.1f} GFLOP/s"))
+    return rows
+
+
+def invariant(op, spec, isa, rng, R) -> bool:
+    """Whether each of R consecutive rows of one sequence (beside two rows of other sequences)
+    gets the same output bits computed alone (a one-token call on the same cache)."""
+    kernel, C = build(spec, isa), spec.p["C"]
+    pos = list(range(C - 2 * R, C - R)) + [C // 3, C - 1]
+    case = make_attention_case(op, spec, rng, R + 2, positions=pos, seq_ids=[0] * R + [1, 2])
+    b = case.buffers
+    kernel(case.args)
+    together = b["out"].copy()
+    for i in range(R + 2):
+        one = make_attention_case(op, spec, rng, 1, positions=[pos[i]], seq_ids=[b["seq"][i]])
+        for name in ("kc", "vc", "bt"):
+            one.buffers[name][...] = b[name]
+        one.buffers["q"][0] = b["q"][i]
+        kernel(one.args)
+        if not np.array_equal(one.buffers["out"][0].view(np.uint32), together[i].view(np.uint32)):
+            return False
+    return True
+
+
+def rows_on_prefill_kernels(args, isa, dims):
+    """One decode row and a verify step's R rows (as in attention()) on every attn_prefill
+    family: what running every row on a prompt kernel would cost."""
+    op, C, R = get_op("attn_prefill"), args.ctx, args.verify_rows
+    rows = []
+    for spec in op.specs("F32", isa, C=C, **dims) + op.specs("BF16", isa, C=C, **dims):
+        k = build(spec, isa)
+        rng = np.random.default_rng(2)
+        small = make_attention_case(op, spec.with_params(C=128), rng, 20,
+                                    positions=list(range(100, 120)), seq_ids=[0] * 20)
+        validate(op, build(spec.with_params(C=128), isa), small)
+        same = "invariant" if invariant(op, spec.with_params(C=256), isa, rng, R) else "varies"
+        one = make_attention_case(op, spec, rng, 1, positions=[C - 1], seq_ids=[0], seqs=1)
+        n_layers = max(1, (128 << 20) // (one.buffers["kc"].nbytes + one.buffers["vc"].nbytes))
+        for label, n in (("decode", 1), ("verify", R)):
+            pos = list(range(C - n, C))
+            layers = [make_attention_case(op, spec, rng, n, positions=pos, seq_ids=[0] * n,
+                                          seqs=1) for _ in range(n_layers)]
+            t = time_kernel(k, [c.args for c in layers], 2)
+            rows.append((f"{label}@prefill", dims["kv"],
+                         f"{n} rows ctx={C}", spec.family, tiles(spec), 2,
+                         f"{t * 1e6:.0f} us", f"{t * 1e6 / n:.1f} us a row", same))
     return rows
 
 

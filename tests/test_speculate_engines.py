@@ -216,29 +216,35 @@ def test_a_grammar_constrains_every_verified_position(stories_model, tok, storie
             assert re.fullmatch(r"( [a-z]+){4,12}\. [A-Z][a-z]+", text), text
 
 
-def smollm2_jit(**kw):
+def smollm2_jit(level: str | None = None, **kw):
     """SmolLM2-135M (Q4_1 weights, Q8_0 head: matmul_q8a products) on the JIT engine, for the
-    tests of a token's bits across steps; skipped without AVX-512 VNNI, where decode and
-    batched steps use different tiles (the row-panel family needs it)."""
-    from conftest import shared_path
+    tests of a token's bits across steps: at this CPU's level (skipped without AVX-512 VNNI,
+    where the row-panel family runs every product) or at a forced `level` (avx2: the avx2
+    family, one arithmetic per token in every tile since 2026-12-04)."""
+    from conftest import isa_at, shared_path
 
     from reame.codegen.isa import detect
     from reame.model import load_model
-    if not detect().has("avx512_vnni"):
-        pytest.skip("the row-panel family needs AVX-512 VNNI (elsewhere decode and batched "
-                    "steps use different tiles)")
+    if level is None and not detect().has("avx512_vnni"):
+        pytest.skip("the row-panel family needs AVX-512 VNNI (elsewhere the test runs at a "
+                    "forced level)")
     model = load_model(shared_path("models/SmolLM2-135M-Instruct.Q4_1.gguf"))
+    if level is not None:
+        from reame.jit.engine import JITEngine
+        return model, JITEngine(model, n_ctx=256, threads=2, isa=isa_at(level), **kw)
     return model, create_engine(model, "jit", n_ctx=256, threads=2, **kw)
 
 
-def test_a_tokens_logits_do_not_depend_on_the_step_size():
+@pytest.mark.parametrize("level", [None, "avx2"])
+def test_a_tokens_logits_do_not_depend_on_the_step_size(level):
     """JIT engine, SmolLM2-135M (Q4_1 weights, Q8_0 head: matmul_q8a products) on an AVX-512
-    VNNI CPU: the logits of a token decoded alone equal, bit for bit, its row in a 5-token and
-    a 12-token step over the same cache, past the 32 positions where 8-bit roundings began to
-    differ. This is what makes a verify step's greedy tokens plain decoding's. Catches a decode
-    program on other arithmetic than the batched ones (the 1-row VNNI tiles: ~0.1-0.3 rms)."""
+    VNNI CPU and at the forced avx2 level: the logits of a token decoded alone equal, bit for
+    bit, its row in a 5-token and a 12-token step over the same cache, past the 32 positions
+    where 8-bit roundings began to differ. This is what makes a verify step's greedy tokens plain
+    decoding's. Catches a decode program on other arithmetic than the batched ones (the 1-row
+    VNNI tiles: ~0.1-0.3 rms; the avx2 family's two-chain one-token tile: up to 0.42)."""
     from reame.batch import Batch
-    model, eng = smollm2_jit(max_seqs=3)
+    model, eng = smollm2_jit(level, max_seqs=3)
     try:
         prompt = list(range(1000, 1060))
         for slot in range(3):                   # the same cache in 3 slots, token by token
@@ -249,6 +255,54 @@ def test_a_tokens_logits_do_not_depend_on_the_step_size():
         five = eng.forward(Batch.build([7, 8, 9, 10, 11], range(n, n + 5), 1, range(5)))[0]
         twelve = eng.forward(Batch.build([7, *range(20, 31)], range(n, n + 12), 2, range(12)))[0]
         assert np.array_equal(alone, five) and np.array_equal(alone, twelve)
+    finally:
+        eng.close()
+
+
+# mixes whose prompt-chunk programs (>= PROMPT_STEP tokens) run another arithmetic: Q3_K, Q2_K and
+# IQ4_XS weights take the float path (AVX2) or the AMX tiles (AMX) there, not the decode family's
+# (docs/speculation.md): a decode row beside a prompt chunk gets other bits
+PROMPT_PROGRAMS_DIFFER = {"Q3_K_M"}
+
+
+@pytest.mark.parametrize("level", ["avx2", None])
+@pytest.mark.parametrize("mix", ["Q8_0", "Q5_0", "Q5_1", "Q4_K_M", "Q3_K_M"])
+def test_a_tokens_logits_are_one_arithmetic_for_every_weight_type(tmp_path_factory, mix, level):
+    """Tiny synthetic Llama models (bench/synth.py: Q5_0 / Q5_1 through matmul_q8a's vnni and
+    avx2 families, Q4_K_M and Q3_K_M with their Q5_0 / Q5_1 / Q6_K fallbacks and K-quants) on the
+    JIT engine at this CPU's level and at the forced avx2 level: a token's logits alone equal its
+    rows in a 5- and a 12-token step, and (but for PROMPT_PROGRAMS_DIFFER) its row beside another
+    sequence's 47-token prompt chunk (a prompt-sized program). Catches a family whose one-token
+    tile sums a row in another order than its wider tiles (until 2026-12-04: every one of these
+    at avx2, Q5_0, Q5_1 and Q3_K_M at the native level, ~1e-6 apart: enough to flip a near tie)
+    and a prompt program whose products differ from the decode programs'."""
+    from bench.synth import synth_model
+    from conftest import isa_at
+
+    from reame.batch import Batch
+    from reame.jit.engine import JITEngine
+    from reame.model import load_model
+    model = load_model(str(synth_model(tmp_path_factory, "tiny-llama", mix)))
+    eng = JITEngine(model, n_ctx=256, max_seqs=4, threads=2,
+                    **({"isa": isa_at(level)} if level else {}))
+    try:
+        V = model.config.n_vocab
+        prompt = [int(t) for t in np.random.default_rng(0).integers(10, V, 60)]
+        for slot in range(3):
+            for i, t in enumerate(prompt):
+                eng.forward(Batch.decode([t], [i], [slot]))
+        n = len(prompt)
+        alone = eng.forward(Batch.decode([7], [n], [0]))[0]
+        five = eng.forward(Batch.build([7, 8, 9, 10, 11], range(n, n + 5), 1, range(5),
+                                       n_decode=5))[0]
+        twelve = eng.forward(Batch.build([7, *range(20, 31)], range(n, n + 12), 2, range(12),
+                                         n_decode=12))[0]
+        assert np.array_equal(alone, five) and np.array_equal(alone, twelve)
+        if mix not in PROMPT_PROGRAMS_DIFFER:
+            chunk = [int(t) for t in np.random.default_rng(1).integers(10, V, 47)]
+            mixed = eng.forward(Batch.build([7, *chunk], [n, *range(47)], [0] + [3] * 47, [0],
+                                            n_decode=1))[0]
+            assert np.array_equal(alone, mixed)
     finally:
         eng.close()
 

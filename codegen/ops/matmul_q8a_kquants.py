@@ -40,7 +40,8 @@ _TILES = ("nt = tokens per weight pass, u = superblocks per loop step, pf_bytes 
 
 # the 1-row tiles of the K-quant families, shared with op matmul_q8k (same loop nest)
 TILES_PORTABLE = ({"nt": 1, "u": 1}, {"nt": 4, "u": 1})
-TILES_AVX2 = ({"nt": 1, "u": 1, "pf_bytes": 8192}, {"nt": 4, "u": 1})
+TILES_AVX2 = ({"nt": 1, "u": 1, "pf_bytes": 8192}, {"nt": 2, "u": 1}, {"nt": 4, "u": 1},
+              {"nt": 8, "u": 1})
 TILES_VNNI = ({"nt": 1, "u": 1, "pf_bytes": 8192}, {"nt": 1, "u": 2, "pf_bytes": 8192},
               {"nt": 4, "u": 1},
               {"nt": 8, "u": 1})

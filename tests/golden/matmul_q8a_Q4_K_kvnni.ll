@@ -1,5 +1,5 @@
 ; golden: matmul_q8a_Q4_K_kvnni: matmul_q8a/Q4_K/kvnni@avx512_vnni[K=256,M=64,acc=0,nt=1,pf_bytes=8192,u=1]
-; symbol: reame_matmul_q8a_Q4_K_kvnni_avx512_vnni_4a09ddf5de07
+; symbol: reame_matmul_q8a_Q4_K_kvnni_avx512_vnni_a230de5f96af
 ; matmul_q8a (Q4_K, AVX-512 VNNI): y[n, M] = dequant(w)[M, K] @ dequant(xq)[n, K]^T
 ; One zmm holds 64 consecutive weight quants as unsigned bytes (two 32-blocks), multiplied with
 ; the 64 matching activation int8s by vpdpbusd into 16 int32 lanes (8 lanes per 32-block, 4 per
@@ -18,7 +18,7 @@
 ;       [2] y: f32 [n, M]   [3] n: tokens
 ; M = 64, K = 256 (1 superblocks, 144 B a row), 1820 rows per L2 chunk,
 ; tiles of 1 tokens, superblock loop unrolled 1x
-define void @reame_matmul_q8a_Q4_K_kvnni_avx512_vnni_4a09ddf5de07(ptr noalias nocapture readonly %args, i32 %ith, i32 %nth) {
+define void @reame_matmul_q8a_Q4_K_kvnni_avx512_vnni_a230de5f96af(ptr noalias nocapture readonly %args, i32 %ith, i32 %nth) {
 entry:
   %w = load ptr, ptr %args, align 8
   %arg1 = getelementptr i64, ptr %args, i64 1
@@ -68,9 +68,6 @@ t1.row:
 t1.sb:
   %t1.b = phi i64 [ 0, %t1.row ], [ %t1.bn, %t1.sb ]
   %t1.a.f00 = phi <16 x float> [ zeroinitializer, %t1.row ], [ %t1.u0.f00, %t1.sb ]
-  %t1.a.f10 = phi <16 x float> [ zeroinitializer, %t1.row ], [ %t1.u0.f10, %t1.sb ]
-  %t1.a.f20 = phi <16 x float> [ zeroinitializer, %t1.row ], [ %t1.u0.f20, %t1.sb ]
-  %t1.a.f30 = phi <16 x float> [ zeroinitializer, %t1.row ], [ %t1.u0.f30, %t1.sb ]
   %t1.a.m0 = phi <8 x float> [ zeroinitializer, %t1.row ], [ %t1.u0.m0, %t1.sb ]
   %t1.bi0 = add i64 %t1.b, 0
   %t1.u0.wo = mul i64 %t1.bi0, 144
@@ -150,28 +147,28 @@ t1.sb:
   %t1.u0.I0_0 = call <16 x i32> @llvm.x86.avx512.vpdpbusd.512(<16 x i32> zeroinitializer, <64 x i8> %t1.u0.Q0, <64 x i8> %t1.u0.X0_0)
   %t1.u0.F0_0 = sitofp <16 x i32> %t1.u0.I0_0 to <16 x float>
   %t1.u0.SC0_0 = shufflevector <8 x float> %t1.u0.S0, <8 x float> poison, <16 x i32> <i32 0, i32 0, i32 0, i32 0, i32 0, i32 0, i32 0, i32 0, i32 1, i32 1, i32 1, i32 1, i32 1, i32 1, i32 1, i32 1>
-  %t1.u0.f00 = call <16 x float> @llvm.fma.v16f32(<16 x float> %t1.u0.F0_0, <16 x float> %t1.u0.SC0_0, <16 x float> %t1.a.f00)
+  %t1.u0.f00_0 = call <16 x float> @llvm.fma.v16f32(<16 x float> %t1.u0.F0_0, <16 x float> %t1.u0.SC0_0, <16 x float> %t1.a.f00)
 
   %t1.u0.xp0_1 = getelementptr i8, ptr %t1.u0.q0, i64 64
   %t1.u0.X0_1 = load <64 x i8>, ptr %t1.u0.xp0_1, align 1
   %t1.u0.I0_1 = call <16 x i32> @llvm.x86.avx512.vpdpbusd.512(<16 x i32> zeroinitializer, <64 x i8> %t1.u0.Q1, <64 x i8> %t1.u0.X0_1)
   %t1.u0.F0_1 = sitofp <16 x i32> %t1.u0.I0_1 to <16 x float>
   %t1.u0.SC0_1 = shufflevector <8 x float> %t1.u0.S0, <8 x float> poison, <16 x i32> <i32 2, i32 2, i32 2, i32 2, i32 2, i32 2, i32 2, i32 2, i32 3, i32 3, i32 3, i32 3, i32 3, i32 3, i32 3, i32 3>
-  %t1.u0.f10 = call <16 x float> @llvm.fma.v16f32(<16 x float> %t1.u0.F0_1, <16 x float> %t1.u0.SC0_1, <16 x float> %t1.a.f10)
+  %t1.u0.f00_1 = call <16 x float> @llvm.fma.v16f32(<16 x float> %t1.u0.F0_1, <16 x float> %t1.u0.SC0_1, <16 x float> %t1.u0.f00_0)
 
   %t1.u0.xp0_2 = getelementptr i8, ptr %t1.u0.q0, i64 128
   %t1.u0.X0_2 = load <64 x i8>, ptr %t1.u0.xp0_2, align 1
   %t1.u0.I0_2 = call <16 x i32> @llvm.x86.avx512.vpdpbusd.512(<16 x i32> zeroinitializer, <64 x i8> %t1.u0.Q2, <64 x i8> %t1.u0.X0_2)
   %t1.u0.F0_2 = sitofp <16 x i32> %t1.u0.I0_2 to <16 x float>
   %t1.u0.SC0_2 = shufflevector <8 x float> %t1.u0.S0, <8 x float> poison, <16 x i32> <i32 4, i32 4, i32 4, i32 4, i32 4, i32 4, i32 4, i32 4, i32 5, i32 5, i32 5, i32 5, i32 5, i32 5, i32 5, i32 5>
-  %t1.u0.f20 = call <16 x float> @llvm.fma.v16f32(<16 x float> %t1.u0.F0_2, <16 x float> %t1.u0.SC0_2, <16 x float> %t1.a.f20)
+  %t1.u0.f00_2 = call <16 x float> @llvm.fma.v16f32(<16 x float> %t1.u0.F0_2, <16 x float> %t1.u0.SC0_2, <16 x float> %t1.u0.f00_1)
 
   %t1.u0.xp0_3 = getelementptr i8, ptr %t1.u0.q0, i64 192
   %t1.u0.X0_3 = load <64 x i8>, ptr %t1.u0.xp0_3, align 1
   %t1.u0.I0_3 = call <16 x i32> @llvm.x86.avx512.vpdpbusd.512(<16 x i32> zeroinitializer, <64 x i8> %t1.u0.Q3, <64 x i8> %t1.u0.X0_3)
   %t1.u0.F0_3 = sitofp <16 x i32> %t1.u0.I0_3 to <16 x float>
   %t1.u0.SC0_3 = shufflevector <8 x float> %t1.u0.S0, <8 x float> poison, <16 x i32> <i32 6, i32 6, i32 6, i32 6, i32 6, i32 6, i32 6, i32 6, i32 7, i32 7, i32 7, i32 7, i32 7, i32 7, i32 7, i32 7>
-  %t1.u0.f30 = call <16 x float> @llvm.fma.v16f32(<16 x float> %t1.u0.F0_3, <16 x float> %t1.u0.SC0_3, <16 x float> %t1.a.f30)
+  %t1.u0.f00 = call <16 x float> @llvm.fma.v16f32(<16 x float> %t1.u0.F0_3, <16 x float> %t1.u0.SC0_3, <16 x float> %t1.u0.f00_2)
 
 
   %t1.bn = add i64 %t1.b, 1
@@ -179,10 +176,7 @@ t1.sb:
   br i1 %t1.bmore, label %t1.sb, label %t1.fin
 
 t1.fin:
-  %t1.f.s1_0 = fadd <16 x float> %t1.u0.f00, %t1.u0.f10
-  %t1.f.s2_0 = fadd <16 x float> %t1.f.s1_0, %t1.u0.f20
-  %t1.f.s3_0 = fadd <16 x float> %t1.f.s2_0, %t1.u0.f30
-  %t1.f.yf0 = call reassoc float @llvm.vector.reduce.fadd.v16f32(float -0.0, <16 x float> %t1.f.s3_0)
+  %t1.f.yf0 = call reassoc float @llvm.vector.reduce.fadd.v16f32(float -0.0, <16 x float> %t1.u0.f00)
   %t1.f.ym0 = call reassoc float @llvm.vector.reduce.fadd.v8f32(float -0.0, <8 x float> %t1.u0.m0)
   %t1.f.y0 = fsub float %t1.f.yf0, %t1.f.ym0
 

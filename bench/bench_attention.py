@@ -130,11 +130,8 @@ def attention(args):
         CP = -(-(S + P) // bs) * bs
         flops = 2 * H * (D + D) * (P * S + P * (P + 1) / 2)
         for spec in op.specs("F32", isa, C=CP, **dims) + op.specs("BF16", isa, C=CP, **dims):
-            k = build(spec, isa)
             rng = np.random.default_rng(1)
-            small = make_attention_case(op, spec.with_params(C=128), rng, 40,
-                                        positions=list(range(3, 43)), seq_ids=[0] * 40)
-            validate(op, build(spec.with_params(C=128), isa), small)
+            k = validated_prefill_kernel(op, spec, isa, rng, 40, 3)
             case = make_attention_case(op, spec, rng, P, positions=list(range(S, S + P)),
                                        seq_ids=[0] * P, seqs=1)
             if args.check_large:
@@ -145,6 +142,15 @@ def attention(args):
                              tiles(spec), nth,
                              f"{t * 1e3:.2f} ms", f"{flops / t / 1e9:.1f} GFLOP/s"))
     return rows
+
+
+def validated_prefill_kernel(op, spec, isa, rng, n, start):
+    """spec built, after its 128-position twin passed a run of n tokens from `start` (one
+    sequence) against the numpy reference."""
+    small = make_attention_case(op, spec.with_params(C=128), rng, n,
+                                positions=list(range(start, start + n)), seq_ids=[0] * n)
+    validate(op, build(spec.with_params(C=128), isa), small)
+    return build(spec, isa)
 
 
 def invariant(op, spec, isa, rng, R) -> bool:
@@ -173,11 +179,8 @@ def rows_on_prefill_kernels(args, isa, dims):
     op, C, R = get_op("attn_prefill"), args.ctx, args.verify_rows
     rows = []
     for spec in op.specs("F32", isa, C=C, **dims) + op.specs("BF16", isa, C=C, **dims):
-        k = build(spec, isa)
         rng = np.random.default_rng(2)
-        small = make_attention_case(op, spec.with_params(C=128), rng, 20,
-                                    positions=list(range(100, 120)), seq_ids=[0] * 20)
-        validate(op, build(spec.with_params(C=128), isa), small)
+        k = validated_prefill_kernel(op, spec, isa, rng, 20, 100)
         same = "invariant" if invariant(op, spec.with_params(C=256), isa, rng, R) else "varies"
         one = make_attention_case(op, spec, rng, 1, positions=[C - 1], seq_ids=[0], seqs=1)
         n_layers = max(1, (128 << 20) // (one.buffers["kc"].nbytes + one.buffers["vc"].nbytes))

@@ -218,16 +218,12 @@ def test_a_grammar_constrains_every_verified_position(stories_model, tok, storie
 
 def smollm2_jit(level: str | None = None, **kw):
     """SmolLM2-135M (Q4_1 weights, Q8_0 head: matmul_q8a products) on the JIT engine, for the
-    tests of a token's bits across steps: at this CPU's level (skipped without AVX-512 VNNI,
-    where the row-panel family runs every product) or at a forced `level` (avx2: the avx2
-    family, one arithmetic per token in every tile since 2026-12-04)."""
+    tests of a token's bits across steps: at this CPU's level, or at a forced `level` (avx2:
+    the avx2 family). Every x86 family computes a token alike in all its tiles since
+    2026-12-04 (tests/test_kernels_step_invariance.py), so no level is left out."""
     from conftest import isa_at, shared_path
 
-    from reame.codegen.isa import detect
     from reame.model import load_model
-    if level is None and not detect().has("avx512_vnni"):
-        pytest.skip("the row-panel family needs AVX-512 VNNI (elsewhere the test runs at a "
-                    "forced level)")
     model = load_model(shared_path("models/SmolLM2-135M-Instruct.Q4_1.gguf"))
     if level is not None:
         from reame.jit.engine import JITEngine
@@ -235,25 +231,34 @@ def smollm2_jit(level: str | None = None, **kw):
     return model, create_engine(model, "jit", n_ctx=256, threads=2, **kw)
 
 
+def alone_and_in_steps(eng, prompt):
+    """The logits of token 7 after `prompt` decoded alone (slot 0), as the first row of a
+    5-token and of a 12-token decode step (slots 1 and 2, the same cache written token by
+    token): what a decode step and two verify steps give the same token."""
+    from reame.batch import Batch
+    for slot in range(3):
+        for i, t in enumerate(prompt):
+            eng.forward(Batch.decode([t], [i], [slot]))
+    n = len(prompt)
+    alone = eng.forward(Batch.decode([7], [n], [0]))[0]
+    five = eng.forward(Batch.build([7, 8, 9, 10, 11], range(n, n + 5), 1, range(5),
+                                   n_decode=5))[0]
+    twelve = eng.forward(Batch.build([7, *range(20, 31)], range(n, n + 12), 2, range(12),
+                                     n_decode=12))[0]
+    return alone, five, twelve
+
+
 @pytest.mark.parametrize("level", [None, "avx2"])
 def test_a_tokens_logits_do_not_depend_on_the_step_size(level):
-    """JIT engine, SmolLM2-135M (Q4_1 weights, Q8_0 head: matmul_q8a products) on an AVX-512
-    VNNI CPU and at the forced avx2 level: the logits of a token decoded alone equal, bit for
-    bit, its row in a 5-token and a 12-token step over the same cache, past the 32 positions
-    where 8-bit roundings began to differ. This is what makes a verify step's greedy tokens plain
+    """JIT engine, SmolLM2-135M (Q4_1 weights, Q8_0 head: matmul_q8a products) at this CPU's
+    level and at the forced avx2 level: the logits of a token decoded alone equal, bit for bit,
+    its row in a 5-token and a 12-token step over the same cache, past the 32 positions where
+    8-bit roundings began to differ. This is what makes a verify step's greedy tokens plain
     decoding's. Catches a decode program on other arithmetic than the batched ones (the 1-row
     VNNI tiles: ~0.1-0.3 rms; the avx2 family's two-chain one-token tile: up to 0.42)."""
-    from reame.batch import Batch
     model, eng = smollm2_jit(level, max_seqs=3)
     try:
-        prompt = list(range(1000, 1060))
-        for slot in range(3):                   # the same cache in 3 slots, token by token
-            for i, t in enumerate(prompt):
-                eng.forward(Batch.decode([t], [i], [slot]))
-        n = len(prompt)
-        alone = eng.forward(Batch.decode([7], [n], [0]))[0]
-        five = eng.forward(Batch.build([7, 8, 9, 10, 11], range(n, n + 5), 1, range(5)))[0]
-        twelve = eng.forward(Batch.build([7, *range(20, 31)], range(n, n + 12), 2, range(12)))[0]
+        alone, five, twelve = alone_and_in_steps(eng, list(range(1000, 1060)))
         assert np.array_equal(alone, five) and np.array_equal(alone, twelve)
     finally:
         eng.close()
@@ -288,15 +293,8 @@ def test_a_tokens_logits_are_one_arithmetic_for_every_weight_type(tmp_path_facto
     try:
         V = model.config.n_vocab
         prompt = [int(t) for t in np.random.default_rng(0).integers(10, V, 60)]
-        for slot in range(3):
-            for i, t in enumerate(prompt):
-                eng.forward(Batch.decode([t], [i], [slot]))
+        alone, five, twelve = alone_and_in_steps(eng, prompt)
         n = len(prompt)
-        alone = eng.forward(Batch.decode([7], [n], [0]))[0]
-        five = eng.forward(Batch.build([7, 8, 9, 10, 11], range(n, n + 5), 1, range(5),
-                                       n_decode=5))[0]
-        twelve = eng.forward(Batch.build([7, *range(20, 31)], range(n, n + 12), 2, range(12),
-                                         n_decode=12))[0]
         assert np.array_equal(alone, five) and np.array_equal(alone, twelve)
         if mix not in PROMPT_PROGRAMS_DIFFER:
             chunk = [int(t) for t in np.random.default_rng(1).integers(10, V, 47)]

@@ -173,9 +173,8 @@ def test_variants():
     assert fams["generic"].min_level == "generic" and fams["panel"].min_level == "avx512_vnni"
     assert fams["amx"].min_level == "amx" and fams["dotprod"].min_level == "dotprod"
     assert fams["i8mm"].min_level == "i8mm"
-    for v in OP.variants:   # Q2_K / Q3_K / IQ4_XS: the portable, VNNI, AArch64 and AMX families
-        want = {"generic": TYPES, "vnni": TYPES, "dotprod": TYPES, "i8mm": TYPES,
-                "amx": mk.AMX_TYPES}.get(v.family, mk.TUNED)
+    for v in OP.variants:   # Q2_K / Q3_K / IQ4_XS: every family but the row panels
+        want = {"panel": mk.TUNED, "amx": mk.AMX_TYPES}.get(v.family, TYPES)
         assert set(v.dtypes) == set(want) and len(v.tiles) >= 2
     assert {t["nt"] for t in fams["vnni"].tiles} == {1, 4, 8}
     assert {t["nt"] for t in fams["panel"].tiles} == {4, 8}
@@ -308,13 +307,23 @@ def _extreme_weights(dtype, rng, M, K):
 
 
 @pytest.mark.parametrize("dtype", mk.AMX_TYPES)
-def test_amx_folded_scales_at_the_ends_of_int8(dtype):
-    """The amx family folds Q3_K's and Q2_K's integer sub-scales into its int8 weights (Q3_K as
+@pytest.mark.parametrize("family", ("amx", "avx2"))
+def test_products_at_the_ends_of_their_range(dtype, family):
+    """With every product at the end of its range and activations at +-127, against float64.
+    The amx family folds Q3_K's and Q2_K's integer sub-scales into its int8 weights (Q3_K as
     -q sc with the weight scale -d: q sc reaches +128 = -4 * -32, one past int8) and feeds
-    IQ4_XS's levels as they are; with every product at the end of its range and activations at
-    +-127, against float64. Catches Q3_K folded as +q sc (128 wraps to -128: those products
-    change sign) or through a saturating pack (128 -> 127)."""
-    _amx(dtype)
+    IQ4_XS's levels as they are: catches Q3_K folded as +q sc (128 wraps to -128: those
+    products change sign) or through a saturating pack (128 -> 127). The avx2 family feeds
+    vpmaddubsw |level| and the activation with the level's sign (IQ4_XS: 2 * 127 * 127 per word
+    pair, at the edge of int16) and sums scale words x pairs in int32 over a superblock:
+    catches the level and the activation swapped (a signed level read as unsigned)."""
+    level = "native"
+    if family == "amx":
+        _amx(dtype)
+    else:
+        if not detect().has("avx2"):
+            pytest.skip("no AVX2 here")
+        level = "avx2"
     M, K, n = 48, 1024, 21
     rng = np.random.default_rng(9)
     spec0 = _spec(dtype, "generic", "generic", {"nt": 1, "u": 1}, M, K, 0)
@@ -325,10 +334,11 @@ def test_amx_folded_scales_at_the_ends_of_int8(dtype):
     case.buffers["xq"][...] = q8k.quantize_rows(x)
     want = OP.reference(spec0, case)["y"]
     rtol, atol = mk.TOLERANCE[dtype]
-    for tile in _amx(dtype).tiles:
-        spec = _spec(dtype, "amx", "native", tile, M, K, 0)
+    v = next(v for v in OP.variants if v.family == family)
+    for tile in v.tiles:
+        spec = _spec(dtype, family, level, tile, M, K, 0)
         case.buffers["y"][...] = np.nan
-        build(spec, detect()).run_threads(case.args, 2)
+        build(spec, _isa(level)).run_threads(case.args, 2)
         np.testing.assert_allclose(case.buffers["y"], want, rtol=rtol, atol=atol * 100,
                                    err_msg=spec.label())
 

@@ -19,6 +19,7 @@ Families (templates/matmul_q8k_<family>.ll.j2, skeleton in matmul_q8k_common.ll.
     generic   portable vector IR (zext/sext, mul, reduce add), any LLVM target
     avx2      AVX2 vpmaddubsw + vpmaddwd (the sub-block scale as the i16 multiplier) and
               vpmulld (the sub-scale), one 32-block per ymm, int32 sums over the superblock
+              (IQ4_XS: levels by vpshufb, |level| x the activation given its sign)
     vnni      AVX-512 VNNI: vpdpbusd, vpackssdw, vpmullw (weight scale x activation sub-scale
               words), vpmaddwd/vpdpwssd; 64 values per zmm, GFNI nibble split on GFNI hosts
     panel     AVX-512 VNNI register tiles of 16 rows x nt tokens (rows in the lanes)
@@ -55,7 +56,7 @@ from .matmul_q8a_kquants import (TILES_AVX2, TILES_PORTABLE, TILES_VNNI, random_
                                 random_weights)
 
 K_TYPES = tuple(t.name for t in TENSOR_TYPES.values() if t.act_format == "q8k")   # Q8K types
-TUNED = ("Q4_K", "Q5_K", "Q6_K")   # types of the avx2 and panel families (generic, vnni: all)
+TUNED = ("Q4_K", "Q5_K", "Q6_K")   # types of the panel family (generic, avx2, vnni: all)
 AMX_TYPES = ("Q2_K", "Q3_K", "IQ4_XS")   # types of the amx family
 _TILES = ("nt = tokens per weight pass, u = superblocks per loop step, pf_bytes = prefetch "
           "distance (B)")
@@ -138,7 +139,7 @@ OP = Op(
         Variant("generic", "generic", K_TYPES, TILES_PORTABLE,
                 "portable: 32-lane zext/sext/mul/reduce per 32-block, integer sub-block "
                 "scales and sub-scales, one float scale per superblock; " + _TILES),
-        Variant("avx2", "avx2", TUNED, TILES_AVX2,
+        Variant("avx2", "avx2", K_TYPES, TILES_AVX2,
                 "AVX2 vpmaddubsw + vpmaddwd (sub-block scale as the i16 multiplier) + vpmulld "
                 "(activation sub-scale), int32 sums per superblock; " + _TILES),
         Variant("vnni", "avx512_vnni", K_TYPES, TILES_VNNI,

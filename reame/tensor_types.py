@@ -70,12 +70,14 @@ TENSOR_TYPES: dict[str, TensorType] = {t.name: t for t in (
     _row("Q5_K",   "q8k",       int_dot=True, row_panel=True, q8k_prompt=True),
     _row("Q6_K",   "q8k",       int_dot=True, q8k_prompt=True),
     # Q8K kernels only (no Q8A kernels, no row panels). Prompt chunks on Q8K where the level has
-    # matmul_q8k's AMX tiles (3.5-4.5x the float gemm, docs/kernels-kquants.md), else the float
-    # path: faster than the 1-row vnni tiles there (TinyLlama-shaped IQ4_XS 128-token prefill 62
-    # tok/s against 92-98) and 3.5-5x faster than the portable kernel at the avx2 level
-    _row("Q2_K",   "q8k",       prompt_families=("amx", "i8mm")),
-    _row("Q3_K",   "q8k",       prompt_families=("amx", "i8mm")),
-    _row("IQ4_XS", "q8k",       prompt_families=("amx", "i8mm")),
+    # matmul_q8k's AMX tiles (3.5-4.5x the float gemm, docs/kernels-kquants.md), AArch64's smmla
+    # tiles, or at the avx2 level its avx2 tiles (as fast as the float gemm there, and a decode
+    # row beside a prompt chunk then gets the bits it gets alone), else the float path: faster
+    # than the 1-row vnni tiles (TinyLlama-shaped IQ4_XS 128-token prefill 62 tok/s against
+    # 92-98) and than the avx2 tiles at the avx512 levels (512-bit gemm tiles)
+    _row("Q2_K",   "q8k",       prompt_families=("amx", "i8mm", "avx2")),
+    _row("Q3_K",   "q8k",       prompt_families=("amx", "i8mm", "avx2")),
+    _row("IQ4_XS", "q8k",       prompt_families=("amx", "i8mm", "avx2")),
     _row("IQ4_NL", "q8a"),
 )}
 

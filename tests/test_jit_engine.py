@@ -642,33 +642,47 @@ def test_available_memory_reads_the_cgroup_limit(tmp_path):
     assert available_memory(str(tmp_path)) > 2 * 2**30 or available_memory() < 2 * 2**30
 
 
+@pytest.mark.parametrize("level", [None, "avx2"])
 @pytest.mark.parametrize("mix", ["Q2_K", "Q3_K", "IQ4_XS"])
-def test_q8k_only_types_sites(synth_dir, mix):
+def test_q8k_only_types_sites(synth_dir, mix, level):
     """Types with Q8K kernels only (no Q8A kernels, no row panels): integer dots on Q8K in the
     decode and batch programs; in the prompt-chunk program the AMX tiles where the level has
-    them, or AArch64's i8mm (smmla) tiles (select.prompt_q8k), else the float path (faster there
-    than the 1-row tiles), and the reference oracle rounds their inputs by the same rule.
-    Catches a type that silently stays on the float path for decode, a prompt program sent to
-    the 1-row tiles, and a reference that rounds where the engine does not."""
+    them, AArch64's i8mm (smmla) tiles, or the avx2 tiles at the avx2 level (select.prompt_q8k),
+    else the float path (faster there than the 1-row tiles), and the reference oracle rounds
+    their inputs by the same rule. At this CPU's level and at the forced avx2 level. Catches a
+    type that silently stays on the float path for decode (or on the portable kernel at avx2),
+    a prompt program sent to the 1-row vnni tiles or left on the float path at avx2, and a
+    reference that rounds where the engine does not."""
+    from conftest import isa_at
+    from reame.codegen.ops.matmul_q8k import PROMPT_LEVELS
+    if level and not isa_at("native").has(level):
+        pytest.skip(f"this CPU has no {level}")
     model = load_model(synth_model(synth_dir, "tiny-llama", mix, n_ff=512))
-    eng = JITEngine(model, n_ctx=64, max_seqs=4, threads=2, max_batch_tokens=32)
+    eng = JITEngine(model, n_ctx=64, max_seqs=4, threads=2, max_batch_tokens=32,
+                    **({"isa": isa_at(level)} if level else {}))
     ref = ReferenceEngine(model, n_ctx=64, max_seqs=4, act_quant=True,
                           q8k_min_tokens=Q8K_MIN_TOKENS)
     try:
         name = "blk.0.attn_q.weight"
         assert model.tensor(name).type.name == mix
-        tiles = TENSOR_TYPES[mix].prompt_families   # x86 AMX, AArch64 smmla
+        tiles = TENSOR_TYPES[mix].prompt_families   # x86 AMX and avx2, AArch64 smmla
         tiled = prompt_q8k(mix, eng.isa)
         assert tiled == any(v.family in tiles and v.usable(eng.isa)
-                           for v in get_op("matmul_q8k").variants)
+                            and eng.isa.level in PROMPT_LEVELS.get(v.family, (eng.isa.level,))
+                            for v in get_op("matmul_q8k").variants)
+        if level == "avx2":
+            assert tiled
         for bucket in eng.buckets:
             want = "matmul_q8k" if bucket <= 16 or tiled else "matmul"
             assert _site_ops(eng, bucket)[name] == want, (bucket, want)
             fam = eng.table.by_name[f"{name}@{bucket}"].kernel.spec.family
             assert (fam in tiles) == tiled if bucket > 16 else fam != "amx", (bucket, fam)
-        for n, fmt in ((1, "q8k"), (16, "q8k"), (17, "q8k" if tiled else None),
-                       (32, "q8k" if tiled else None)):
-            ref._step_tokens = n
-            assert ref.act_format(name) == fmt, n
+            if level == "avx2":
+                assert fam == "avx2", (bucket, fam)
+        if level is None:       # the oracle follows this machine's own level
+            for n, fmt in ((1, "q8k"), (16, "q8k"), (17, "q8k" if tiled else None),
+                           (32, "q8k" if tiled else None)):
+                ref._step_tokens = n
+                assert ref.act_format(name) == fmt, n
     finally:
         eng.close()

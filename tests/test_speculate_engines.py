@@ -264,10 +264,16 @@ def test_a_tokens_logits_do_not_depend_on_the_step_size(level):
         eng.close()
 
 
-# mixes whose prompt-chunk programs (>= PROMPT_STEP tokens) run another arithmetic: Q3_K, Q2_K and
-# IQ4_XS weights take the float path (AVX2) or the AMX tiles (AMX) there, not the decode family's
-# (docs/speculation.md): a decode row beside a prompt chunk gets other bits
-PROMPT_PROGRAMS_DIFFER = {"Q3_K_M"}
+def prompt_programs_differ(mix: str, isa) -> bool:
+    """Whether the mix's prompt-chunk programs (>= PROMPT_STEP tokens) run its weights on another
+    arithmetic than its decode programs at this level: Q3_K (like Q2_K and IQ4_XS) takes the AMX
+    tiles (AMX) or the float path (AVX-512 without AMX) there, the decode family's own tiles at
+    the avx2 level (docs/speculation.md): a decode row beside a prompt chunk gets other bits."""
+    from reame.jit.select import matmul_site
+    if mix != "Q3_K_M":
+        return False
+    one, chunk = (matmul_site("Q3_K", 256, 256, n, isa).spec for n in (1, 64))
+    return (one.op, one.family) != (chunk.op, chunk.family)
 
 
 @pytest.mark.parametrize("level", ["avx2", None])
@@ -276,11 +282,12 @@ def test_a_tokens_logits_are_one_arithmetic_for_every_weight_type(tmp_path_facto
     """Tiny synthetic Llama models (bench/synth.py: Q5_0 / Q5_1 through matmul_q8a's vnni and
     avx2 families, Q4_K_M and Q3_K_M with their Q5_0 / Q5_1 / Q6_K fallbacks and K-quants) on the
     JIT engine at this CPU's level and at the forced avx2 level: a token's logits alone equal its
-    rows in a 5- and a 12-token step, and (but for PROMPT_PROGRAMS_DIFFER) its row beside another
-    sequence's 47-token prompt chunk (a prompt-sized program). Catches a family whose one-token
-    tile sums a row in another order than its wider tiles (until 2026-12-04: every one of these
-    at avx2, Q5_0, Q5_1 and Q3_K_M at the native level, ~1e-6 apart: enough to flip a near tie)
-    and a prompt program whose products differ from the decode programs'."""
+    rows in a 5- and a 12-token step, and (but where prompt_programs_differ) its row beside
+    another sequence's 47-token prompt chunk (a prompt-sized program; at the avx2 level every
+    mix). Catches a family whose one-token tile sums a row in another order than its wider tiles
+    (until 2026-12-04: every one of these at avx2, Q5_0, Q5_1 and Q3_K_M at the native level,
+    ~1e-6 apart: enough to flip a near tie) and a prompt program whose products differ from the
+    decode programs' (Q3_K_M's at avx2 on the float path: until 2026-12-04)."""
     from bench.synth import synth_model
     from conftest import isa_at
 
@@ -296,7 +303,9 @@ def test_a_tokens_logits_are_one_arithmetic_for_every_weight_type(tmp_path_facto
         alone, five, twelve = alone_and_in_steps(eng, prompt)
         n = len(prompt)
         assert np.array_equal(alone, five) and np.array_equal(alone, twelve)
-        if mix not in PROMPT_PROGRAMS_DIFFER:
+        differ = prompt_programs_differ(mix, eng.isa)
+        assert not (differ and level == "avx2")
+        if not differ:
             chunk = [int(t) for t in np.random.default_rng(1).integers(10, V, 47)]
             mixed = eng.forward(Batch.build([7, *chunk], [n, *range(47)], [0] + [3] * 47, [0],
                                             n_decode=1))[0]

@@ -29,7 +29,7 @@ from .base import Case, HEAVY_SLICES, Op, Variant
 from .matmul_q8k import AmxVariant
 
 LEGACY = ("Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1")
-LEVELS4 = ("IQ4_NL",)          # 4-bit indices into 16 levels: families generic and vnni
+LEVELS4 = ("IQ4_NL",)          # 4-bit indices into 16 levels: every family but the row panels
 PANEL_FAMILY_TYPES = ("Q8_0", "Q4_0", "Q4_1")   # family `panel` (row-panel register tiles)
 
 K_VARIANTS: tuple[Variant, ...] = _k.VARIANTS
@@ -124,8 +124,9 @@ OP = Op(
     variants=(
         Variant("generic", "generic", LEGACY + LEVELS4, ({"nt": 1}, {"nt": 4}),
                 "portable vector IR: sext i8 -> i32, mul, reduce add; " + _TOKENS_DOC),
-        Variant("avx2", "avx2", LEGACY, ({"nt": 1, "u": 1, "pf_bytes": 8192}, {"nt": 2, "u": 1},
-                                         {"nt": 4, "u": 1}, {"nt": 8, "u": 1}),
+        Variant("avx2", "avx2", LEGACY + LEVELS4,
+                ({"nt": 1, "u": 1, "pf_bytes": 8192}, {"nt": 2, "u": 1}, {"nt": 4, "u": 1},
+                 {"nt": 8, "u": 1}),
                 "AVX2: one block per vpmaddubsw + vpmaddwd; " + _TOKENS_DOC
                 + ", u = blocks per loop step, pf_bytes = weight prefetch distance (bytes)"),
         Variant("vnni", "avx512_vnni", LEGACY + LEVELS4,

@@ -125,13 +125,13 @@ OP = Op(
         Variant("generic", "generic", LEGACY + LEVELS4, ({"nt": 1}, {"nt": 4}),
                 "portable vector IR: sext i8 -> i32, mul, reduce add; " + _TOKENS_DOC),
         Variant("avx2", "avx2", LEGACY + LEVELS4,
-                ({"nt": 1, "u": 1, "pf_bytes": 8192}, {"nt": 2, "u": 1}, {"nt": 4, "u": 1},
-                 {"nt": 8, "u": 1}),
+                ({"nt": 1, "u": 1, "pf_bytes": 8192}, {"nt": 2, "u": 1, "pf_bytes": 8192},
+                 {"nt": 4, "u": 1, "pf_bytes": 8192}, {"nt": 8, "u": 1, "pf_bytes": 8192}),
                 "AVX2: one block per vpmaddubsw + vpmaddwd; " + _TOKENS_DOC
                 + ", u = blocks per loop step, pf_bytes = weight prefetch distance (bytes)"),
         Variant("vnni", "avx512_vnni", LEGACY + LEVELS4,
-                ({"nt": 1, "u": 1, "pf_bytes": 8192},
-                 {"nt": 4, "u": 1}, {"nt": 8, "u": 1}),
+                ({"nt": 1, "u": 1, "pf_bytes": 8192}, {"nt": 4, "u": 1, "pf_bytes": 8192},
+                 {"nt": 8, "u": 1, "pf_bytes": 8192}),
                 "AVX-512 VNNI: two blocks per vpdpbusd, zero points folded into the accumulator; "
                 + _TOKENS_DOC + ", u = block pairs per loop step, pf_bytes = weight prefetch "
                 "distance (bytes)"),

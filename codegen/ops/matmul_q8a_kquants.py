@@ -40,11 +40,14 @@ _TILES = ("nt = tokens per weight pass, u = superblocks per loop step, pf_bytes 
 
 # the 1-row tiles of the K-quant families, shared with op matmul_q8k (same loop nest)
 TILES_PORTABLE = ({"nt": 1, "u": 1}, {"nt": 4, "u": 1})
-TILES_AVX2 = ({"nt": 1, "u": 1, "pf_bytes": 8192}, {"nt": 2, "u": 1}, {"nt": 4, "u": 1},
-              {"nt": 8, "u": 1})
+# Every tile prefetches the weight stream (pf_bytes ahead): with weights from DRAM the multi-token
+# tiles without it waited on memory at a fraction of the bandwidth (one thread, 5632 x 2048,
+# weights cycled through 25 copies: matmul_q8k avx2 Q4_K nt=4 48 -> 73 GOP/s; matmul_q8a's avx2
+# Q8_0 nt=4 / nt=8 21 -> 50 / 25 -> 65; docs/kernels-int8.md)
+TILES_AVX2 = ({"nt": 1, "u": 1, "pf_bytes": 8192}, {"nt": 2, "u": 1, "pf_bytes": 8192},
+              {"nt": 4, "u": 1, "pf_bytes": 8192}, {"nt": 8, "u": 1, "pf_bytes": 8192})
 TILES_VNNI = ({"nt": 1, "u": 1, "pf_bytes": 8192}, {"nt": 1, "u": 2, "pf_bytes": 8192},
-              {"nt": 4, "u": 1},
-              {"nt": 8, "u": 1})
+              {"nt": 4, "u": 1, "pf_bytes": 8192}, {"nt": 8, "u": 1, "pf_bytes": 8192})
 
 VARIANTS: tuple[Variant, ...] = (
     Variant("kgeneric", "generic", K_TYPES, TILES_PORTABLE,

@@ -17,9 +17,10 @@ per-16 dequantised activation sums `xs` (one 16-lane FMA per superblock and toke
 
 Families (templates/matmul_q8k_<family>.ll.j2, skeleton in matmul_q8k_common.ll.j2):
     generic   portable vector IR (zext/sext, mul, reduce add), any LLVM target
-    avx2      AVX2 vpmaddubsw + vpmaddwd (the sub-block scale as the i16 multiplier) and
-              vpmulld (the sub-scale), one 32-block per ymm, int32 sums over the superblock
-              (IQ4_XS: levels by vpshufb, |level| x the activation given its sign)
+    avx2      AVX2 vpmaddubsw + vpmaddwd (the i16 multiplier: the sub-block scale times the
+              activation sub-scale, one vpmullw per superblock and token, a vpshufb per block),
+              one 32-block per ymm, int32 sums over the superblock (IQ4_XS: levels by vpshufb,
+              |level| x the activation given its sign)
     vnni      AVX-512 VNNI: vpdpbusd, vpackssdw, vpmullw (weight scale x activation sub-scale
               words), vpmaddwd/vpdpwssd; 64 values per zmm, GFNI nibble split on GFNI hosts
     panel     AVX-512 VNNI register tiles of 16 rows x nt tokens (rows in the lanes)
@@ -140,8 +141,8 @@ OP = Op(
                 "portable: 32-lane zext/sext/mul/reduce per 32-block, integer sub-block "
                 "scales and sub-scales, one float scale per superblock; " + _TILES),
         Variant("avx2", "avx2", K_TYPES, TILES_AVX2,
-                "AVX2 vpmaddubsw + vpmaddwd (sub-block scale as the i16 multiplier) + vpmulld "
-                "(activation sub-scale), int32 sums per superblock; " + _TILES),
+                "AVX2 vpmaddubsw + vpmaddwd (sub-block scale x activation sub-scale as the i16 "
+                "multiplier), int32 sums per superblock; " + _TILES),
         Variant("vnni", "avx512_vnni", K_TYPES, TILES_VNNI,
                 "AVX-512 VNNI, 64 values per zmm: vpdpbusd, vpackssdw, integer scale words "
                 "(weight sub-block scale x activation sub-scale), vpmaddwd/vpdpwssd; int32 sums "

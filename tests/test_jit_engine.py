@@ -686,3 +686,37 @@ def test_q8k_only_types_sites(synth_dir, mix, level):
                 assert ref.act_format(name) == fmt, n
     finally:
         eng.close()
+
+
+@pytest.mark.parametrize("mix", ["Q2_K", "Q3_K", "IQ4_XS", "IQ4_NL", "Q3_K_M"])
+def test_low_bit_models_agree_with_reference_at_avx2(synth_dir, mix, monkeypatch):
+    """The low-bit types' AVX2 kernels inside the engine (matmul_q8k's avx2 family for Q2_K /
+    Q3_K / IQ4_XS in every program, prompt chunks included; matmul_q8a's avx2 family for IQ4_NL,
+    those files' fallback for rows that are not whole superblocks): 256 positions at the forced
+    avx2 level against the reference that rounds the activations as this level does, by the
+    bounds of test_synthetic_models_agree_with_reference. Catches an avx2 kernel that is right on
+    the kernel tests' shapes and wrong in a model's (a 128-bit lane of the IQ4 level table, a
+    mins term of the wrong sign), and a prompt program whose rounding differs from the rule."""
+    from conftest import isa_at
+    from reame import reference
+    if not isa_at("native").has("avx2"):
+        pytest.skip("this CPU has no AVX2")
+    avx2 = isa_at("avx2")
+    monkeypatch.setattr(reference, "_prompt_q8k", lambda dtype: prompt_q8k(dtype, avx2))
+    model = load_model(synth_model(synth_dir, SHAPES[0], mix))
+    toks = np.random.default_rng(7).integers(0, model.config.n_vocab, N_POS)
+    ref = _positions_logits(ReferenceEngine(model, n_ctx=N_POS, max_seqs=1), toks)
+    refq = _positions_logits(ReferenceEngine(model, n_ctx=N_POS, max_seqs=1, act_quant=True,
+                                             q8k_min_tokens=Q8K_MIN_TOKENS), toks)
+    eng = JITEngine(model, n_ctx=N_POS, max_seqs=1, threads=2, max_logits=N_POS,
+                    attn_type="f32", isa=avx2)
+    try:
+        fams = {slot.kernel.spec.family for slot in eng.table.by_name.values()
+                if slot.kernel.spec.op in ("matmul_q8k", "matmul_q8a")}
+        assert fams == {"avx2"}, fams
+        got = _positions_logits(eng, toks)
+    finally:
+        eng.close()
+    assert _cos(ref, got).min() >= 0.999
+    assert _cos(refq, got).min() >= 0.9995
+    assert (refq.argmax(-1) == got.argmax(-1)).mean() >= 0.96

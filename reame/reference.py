@@ -8,8 +8,6 @@ token's loop over its own cached prefix."""
 
 from __future__ import annotations
 
-import functools
-
 import numpy as np
 
 from . import graph as graph_
@@ -26,13 +24,6 @@ from .model import Model
 from .tensor_types import PROMPT_STEP
 
 
-@functools.lru_cache(maxsize=None)
-def _prompt_q8k(dtype: str) -> bool:
-    from .codegen.isa import detect
-    from .codegen.ops.matmul_q8k import prompt_q8k
-    return prompt_q8k(dtype, detect())
-
-
 class ReferenceEngine:
     """Forward passes in numpy over a paged KV cache: `max_seqs` slots of up to `n_ctx` tokens
     in a pool of `kv_blocks` blocks (default: a whole context per slot)."""
@@ -45,7 +36,7 @@ class ReferenceEngine:
     def __init__(self, model: Model, n_ctx: int | None = None, max_seqs: int = 4,
                  kv_dtype: str = "f32", act_quant: bool = False,
                  q8k_min_tokens: int | None = None, block_size: int = DEFAULT_BLOCK_SIZE,
-                 kv_blocks: int | None = None, graph: list | None = None):
+                 kv_blocks: int | None = None, graph: list | None = None, isa=None):
         self.model, self.config = model, model.config
         self.graph = graph if graph is not None else graph_.build(model.config)
         c = self.config
@@ -66,16 +57,25 @@ class ReferenceEngine:
         self.q8k_min_tokens = q8k_min_tokens
         self.act_q8k = {name for name, t in model.tensors.items()
                         if act_quant and t.type.act_format == "q8k" and t.shape[0] % 256 == 0}
+        # ... in prompt chunks too where codegen/ops/matmul_q8k.prompt_q8k says so at `isa`'s
+        # level (default: this machine's, the level a JIT engine takes by default)
+        if self.act_q8k:
+            from .codegen.isa import detect
+            from .codegen.ops.matmul_q8k import prompt_q8k
+            isa = isa or detect()
+            self.prompt_q8k = {name for name in self.act_q8k
+                               if prompt_q8k(model.tensors[name].type.name, isa)}
+        else:
+            self.prompt_q8k = set()
         self._step_tokens = 0
 
     def act_format(self, name: str) -> str | None:
         """How the JIT rounds the activations that meet weight `name`: "q8k", "q8a" or None
-        (prompt chunks: by codegen/ops/matmul_q8k.prompt_q8k at this machine's level, as a JIT engine
-        with its default ISA decides)."""
+        (prompt chunks: by codegen/ops/matmul_q8k.prompt_q8k at the engine's `isa` level, as a
+        JIT engine at that level decides)."""
         if (name in self.act_q8k and self.q8k_min_tokens is not None
                 and self._step_tokens >= self.q8k_min_tokens
-                and (self._step_tokens < PROMPT_STEP
-                     or _prompt_q8k(self.model.tensors[name].type.name))):
+                and (self._step_tokens < PROMPT_STEP or name in self.prompt_q8k)):
             return "q8k"
         return "q8a" if name in self.act_quant else None
 

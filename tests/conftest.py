@@ -84,10 +84,16 @@ def pytest_runtest_call(item):
 
 
 def isa_at(level: str):
-    """This machine's ISA at `level` ("native": its highest; or a lower level it can force)."""
+    """This machine's ISA at `level` ("native": its highest; or a lower level it can force).
+    Skips the test where this CPU cannot run `level` (an x86 level on AArch64, AVX2 on a CPU
+    without it)."""
     from reame.codegen.isa import detect
     isa = detect()
-    return isa if level == "native" else isa.at(level)
+    if level == "native":
+        return isa
+    if not isa.has(level):
+        pytest.skip(f"this CPU ({isa.arch}, level {isa.level}) cannot run level {level}")
+    return isa.at(level)
 
 
 # bench/arm64_check.py runs the guest under qemu-user with REAME_EMULATED=qemu-user: emulated

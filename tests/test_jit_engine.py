@@ -655,13 +655,11 @@ def test_q8k_only_types_sites(synth_dir, mix, level):
     reference that rounds where the engine does not."""
     from conftest import isa_at
     from reame.codegen.ops.matmul_q8k import PROMPT_LEVELS
-    if level and not isa_at("native").has(level):
-        pytest.skip(f"this CPU has no {level}")
+    isa = isa_at(level or "native")
     model = load_model(synth_model(synth_dir, "tiny-llama", mix, n_ff=512))
-    eng = JITEngine(model, n_ctx=64, max_seqs=4, threads=2, max_batch_tokens=32,
-                    **({"isa": isa_at(level)} if level else {}))
+    eng = JITEngine(model, n_ctx=64, max_seqs=4, threads=2, max_batch_tokens=32, isa=isa)
     ref = ReferenceEngine(model, n_ctx=64, max_seqs=4, act_quant=True,
-                          q8k_min_tokens=Q8K_MIN_TOKENS)
+                          q8k_min_tokens=Q8K_MIN_TOKENS, isa=isa)
     try:
         name = "blk.0.attn_q.weight"
         assert model.tensor(name).type.name == mix
@@ -679,17 +677,16 @@ def test_q8k_only_types_sites(synth_dir, mix, level):
             assert (fam in tiles) == tiled if bucket > 16 else fam != "amx", (bucket, fam)
             if level == "avx2":
                 assert fam == "avx2", (bucket, fam)
-        if level is None:       # the oracle follows this machine's own level
-            for n, fmt in ((1, "q8k"), (16, "q8k"), (17, "q8k" if tiled else None),
-                           (32, "q8k" if tiled else None)):
-                ref._step_tokens = n
-                assert ref.act_format(name) == fmt, n
+        for n, fmt in ((1, "q8k"), (16, "q8k"), (17, "q8k" if tiled else None),
+                       (32, "q8k" if tiled else None)):
+            ref._step_tokens = n
+            assert ref.act_format(name) == fmt, n
     finally:
         eng.close()
 
 
 @pytest.mark.parametrize("mix", ["Q2_K", "Q3_K", "IQ4_XS", "IQ4_NL", "Q3_K_M"])
-def test_low_bit_models_agree_with_reference_at_avx2(synth_dir, mix, monkeypatch):
+def test_low_bit_models_agree_with_reference_at_avx2(synth_dir, mix):
     """The low-bit types' AVX2 kernels inside the engine (matmul_q8k's avx2 family for Q2_K /
     Q3_K / IQ4_XS in every program, prompt chunks included; matmul_q8a's avx2 family for IQ4_NL,
     those files' fallback for rows that are not whole superblocks): 256 positions at the forced
@@ -698,16 +695,12 @@ def test_low_bit_models_agree_with_reference_at_avx2(synth_dir, mix, monkeypatch
     the kernel tests' shapes and wrong in a model's (a 128-bit lane of the IQ4 level table, a
     mins term of the wrong sign), and a prompt program whose rounding differs from the rule."""
     from conftest import isa_at
-    from reame import reference
-    if not isa_at("native").has("avx2"):
-        pytest.skip("this CPU has no AVX2")
     avx2 = isa_at("avx2")
-    monkeypatch.setattr(reference, "_prompt_q8k", lambda dtype: prompt_q8k(dtype, avx2))
     model = load_model(synth_model(synth_dir, SHAPES[0], mix))
     toks = np.random.default_rng(7).integers(0, model.config.n_vocab, N_POS)
     ref = _positions_logits(ReferenceEngine(model, n_ctx=N_POS, max_seqs=1), toks)
     refq = _positions_logits(ReferenceEngine(model, n_ctx=N_POS, max_seqs=1, act_quant=True,
-                                             q8k_min_tokens=Q8K_MIN_TOKENS), toks)
+                                             q8k_min_tokens=Q8K_MIN_TOKENS, isa=avx2), toks)
     eng = JITEngine(model, n_ctx=N_POS, max_seqs=1, threads=2, max_logits=N_POS,
                     attn_type="f32", isa=avx2)
     try:

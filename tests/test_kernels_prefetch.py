@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import pytest
 
-from reame.codegen.isa import detect
 from reame.codegen.registry import get_op
 from reame.codegen.spec import render
+from conftest import isa_at
 
 # (op, family, type, level): the families whose tiles stream weight rows one at a time
 FAMILIES = (("matmul_q8a", "avx2", "Q8_0", "avx2"), ("matmul_q8a", "avx2", "IQ4_NL", "avx2"),
@@ -24,20 +24,13 @@ FAMILIES = (("matmul_q8a", "avx2", "Q8_0", "avx2"), ("matmul_q8a", "avx2", "IQ4_
             ("matmul_q8k", "avx2", "Q3_K", "avx2"), ("matmul_q8k", "vnni", "IQ4_XS", "avx512_vnni"))
 
 
-def _isa(level):
-    isa = detect()
-    if isa.arch != "x86_64" or not isa.has(level):
-        pytest.skip(f"this CPU has no {level}")
-    return isa.at(level)
-
-
 @pytest.mark.parametrize("op_name,family,dtype,level", FAMILIES,
                          ids=[f"{o}-{f}-{d}" for o, f, d, _ in FAMILIES])
 def test_every_tile_prefetches_its_weights(op_name, family, dtype, level):
     """Catches a tile list whose multi-token tiles lost `pf_bytes` (as they were until
     2026-12-04) and a template that prefetches only in its one-token loop (the K-quant
     skeleton's tile loop is `%tt`, its one-token loop `%t1`)."""
-    op, isa = get_op(op_name), _isa(level)
+    op, isa = get_op(op_name), isa_at(level)
     specs = [s for s in op.specs(dtype, isa, M=64, K=1024, acc=0) if s.family == family]
     assert len({s.p.get("nt", 1) for s in specs}) >= 3, [s.label() for s in specs]
     for spec in specs:

@@ -90,6 +90,74 @@ def test_panel_equals_matmul_q8k_panel_bit_for_bit(dtype, nt):
     assert np.array_equal(case.buffers["y"], bufs["y"])
 
 
+@pytest.mark.parametrize("dtype", TYPES)
+def test_256_bit_panels_equal_the_512_bit_ones_bit_for_bit(dtype):
+    """The panel family below avx512_vnni computes each 16-row lane vector as two ymm halves
+    (vpmaddubsw, pairs summed in i16, vpmaddwd): the same integer sums and the same float steps
+    as vpdpbusd on zmm, so the same floats. Catches the halves swapped (rows 0-7 and 8-15
+    exchanged), Q6_K's second 16-group chain started from the first one's offset, or a dword
+    left out of a group."""
+    isa = _isa("native")
+    if not isa.has("avx512_vnni"):
+        pytest.skip("no AVX-512 VNNI here")
+    low = _isa("avx2")
+    M, K, n = 48, 1280, 11
+    for nt in (1, 4, 8):
+        zmm = KernelSpec.make(OP.name, dtype, "panel", isa.level, M=M, K=K, acc=1, nt=nt)
+        ymm = KernelSpec.make(OP.name, dtype, "panel", low.level, M=M, K=K, acc=1, nt=nt)
+        case = OP.make_case(zmm, np.random.default_rng([5, nt]), n)
+        y0 = case.buffers["y"].copy()
+        build(zmm, isa).run_threads(case.args, 2)
+        want = case.buffers["y"].copy()
+        case.buffers["y"][...] = y0
+        build(ymm, low).run_threads(case.args, 2)
+        assert np.array_equal(case.buffers["y"], want), (dtype, nt)
+
+
+def _extreme_weights(dtype, rng, M, K):
+    """Every quant at the top of its range (Q4_K 15, Q5_K 31, Q6_K 63) or 0, scales and mins at
+    theirs (6-bit 63; Q6_K's int8 -128 / 127)."""
+    w = random_weights(dtype, rng, M, K)
+    bb = panel_layout.BLOCK_BYTES[dtype]
+    b = w.reshape(M, K // 256, bb)
+    top = np.where(rng.random(b.shape) < 0.7, 0xFF, 0x00).astype(np.uint8)
+    if dtype == "Q6_K":                      # ql, qh; int8 scales -128 / 127
+        b[:, :, :192] = top[:, :, :192]
+        b[:, :, 192:208] = np.where(rng.random((*b.shape[:2], 16)) < 0.5, 0x80, 0x7F)
+    else:                                    # 6-bit scales and mins 63; Q5_K's qh; quants
+        b[:, :, 4:16] = 0xFF
+        b[:, :, 16:] = top[:, :, 16:]
+    return w
+
+
+@pytest.mark.parametrize("dtype", TYPES)
+def test_256_bit_panels_at_the_ends_of_the_int16_range(dtype):
+    """The AVX2 panels add vpmaddubsw's byte pairs in int16 before widening: 8 dwords of Q4_K
+    (8 x 2 x 15 x 127), 4 of Q5_K, 2 of Q6_K stay below 2^15. With every quant at its top and
+    whole tokens of activations at +127 or -127, against float64: catches a group of dwords
+    one larger (Q5_K 8: 62992 wraps; Q6_K 4: 64008) or the unsigned and signed operands of
+    vpmaddubsw exchanged."""
+    from reame.codegen import q8k
+    low = _isa("avx2")
+    M, K, n = 32, 1024, 6
+    rng = np.random.default_rng(11)
+    x = np.where(rng.random((n, K)) < 0.5, 1.0, -1.0).astype(np.float32)
+    x[0], x[1] = 1.0, -1.0                   # every product of a token at one end
+    rtol, atol = OP.tolerance(dtype)
+    for nt in (1, 2, 4, 8):
+        spec = KernelSpec.make(OP.name, dtype, "panel", low.level, M=M, K=K, acc=0, nt=nt)
+        case = OP.make_case(spec, rng, n)
+        raw = _extreme_weights(dtype, rng, M, K)
+        case.meta["w_gguf"][...] = raw
+        case.buffers["w"][...] = panel_layout.repack(raw.reshape(M, -1), dtype)
+        case.buffers["xq"][...] = q8k.quantize_rows(x)
+        want = OP.reference(spec, case)["y"]
+        case.buffers["y"][...] = np.nan
+        build(spec, low).run_threads(case.args, 2)
+        np.testing.assert_allclose(case.buffers["y"], want, rtol=rtol, atol=atol * 100,
+                                   err_msg=spec.label())
+
+
 def test_rows_must_fill_panels():
     spec = KernelSpec.make(OP.name, "Q4_K", "generic", "generic", M=24, K=256, acc=0, nt=1, u=1)
     with pytest.raises(ValueError, match="multiple of 16"):

@@ -54,6 +54,12 @@ OP = Op(
                 "matmul_q8k's row panels on the panel layout: 16 rows x nt tokens per register "
                 "tile, scales and quants loaded pre-transposed; pf_bytes = prefetch distance (B), "
                 "pf_loc = its locality hint (3: L1)"),
+        Variant("panel", "avx2", K_TYPES,
+                ({"nt": 1}, {"nt": 2}, {"nt": 4}, {"nt": 8}),
+                "the same row panels in two 256-bit halves (rows 0-7, 8-15): per weight dword "
+                "vpmaddubsw with the token's 4 bytes broadcast, the pairs summed in i16, then "
+                "vpmaddwd (AVX-VNNI: vpdpbusd per half); no software prefetch (it cost 30% "
+                "here: the hardware prefetcher follows the record stream)"),
     ),
     make_case=_case,
     reference=_reference,

@@ -4,8 +4,15 @@ LLVM (through llvmlite) tells the host CPU name and feature flags; py-cpuinfo ad
 human-readable model name and cache sizes. From the features we derive ISA *levels*, ordered from
 the most portable to the most specific:
 
-    x86_64:  generic < avx2 (AVX2+FMA+F16C) < avx512 (F/BW/VL/DQ) < avx512_vnni < avx512_bf16 < amx
+    x86_64:  generic < avx2 (AVX2+FMA+F16C) [< avx_vnni] < avx512 (F/BW/VL/DQ) < avx512_vnni
+             < avx512_bf16 < amx
     aarch64: generic < neon < dotprod < i8mm < sve
+
+Levels are cumulative (the ladder stops at the first one missing) except avx_vnni (AVX-VNNI:
+vpdpbusd on ymm with a VEX encoding), which a CPU may have or not at any height: Alder Lake and
+Sierra Forest have it without AVX-512, Ice Lake has AVX-512 without it, Sapphire Rapids and
+Zen 5 have both. It is a level where the CPU has it and skipped where not, so `has("avx_vnni")`
+is true at every level from it up on a CPU that has it.
 
 On AArch64 the features come from the operating system as well (codegen/isa_arm.py: HWCAP,
 /proc/cpuinfo, the SVE vector length), since LLVM's host string misses dotprod and i8mm there.
@@ -32,12 +39,14 @@ class UnsupportedLevel(ReameError, ValueError):
     before LLVM sees the code: an instruction the target lacks aborts the process there."""
 
 
-X86_LEVELS = ("generic", "avx2", "avx512", "avx512_vnni", "avx512_bf16", "amx")
+X86_LEVELS = ("generic", "avx2", "avx_vnni", "avx512", "avx512_vnni", "avx512_bf16", "amx")
+OPTIONAL_LEVELS = ("avx_vnni",)     # skipped where missing instead of ending the ladder
 ARM_LEVELS = ("generic", "neon", "dotprod", "i8mm", "sve")
 
 # features each level needs (LLVM spelling)
 _NEEDS = {
     "avx2": ("avx2", "fma", "f16c"),
+    "avx_vnni": ("avxvnni",),
     "avx512": ("avx512f", "avx512bw", "avx512vl", "avx512dq"),
     "avx512_vnni": ("avx512vnni",),
     "avx512_bf16": ("avx512bf16",),
@@ -52,6 +61,7 @@ _NEEDS = {
 _FORCED_TARGET = {
     "generic": ("x86-64", ""),
     "avx2": ("x86-64-v3", ""),
+    "avx_vnni": ("x86-64-v3", "+avxvnni"),
     "avx512": ("x86-64-v4", ""),
     "avx512_vnni": ("x86-64-v4", "+avx512vnni"),
     "avx512_bf16": ("x86-64-v4", "+avx512vnni,+avx512bf16"),
@@ -65,7 +75,7 @@ _FORCED_TARGET_ARM = {"generic": ("generic", ""), "neon": ("generic", "+neon"),
 _ARM_TARGET_FEATURES = ("neon", "dotprod", "i8mm", "bf16", "sve", "sve2")
 
 # SIMD register width in bits at each level (what templates size their vectors by)
-_VECTOR_BITS = {"generic": 128, "avx2": 256, "avx512": 512, "avx512_vnni": 512,
+_VECTOR_BITS = {"generic": 128, "avx2": 256, "avx_vnni": 256, "avx512": 512, "avx512_vnni": 512,
                 "avx512_bf16": 512, "amx": 512, "neon": 128, "dotprod": 128, "i8mm": 128,
                 "sve": 128}
 
@@ -144,7 +154,7 @@ def supported_levels(arch: str, features: str) -> tuple[str, ...]:
     for level in order[1:]:
         if all(f in have for f in _NEEDS[level]):
             levels.append(level)
-        else:
+        elif level not in OPTIONAL_LEVELS:
             break                       # levels are cumulative
     if arch == "aarch64" and "neon" not in levels and "neon" in order:
         levels.append("neon")           # AArch64 always has Advanced SIMD
@@ -164,6 +174,10 @@ def _make(arch, levels, level, host_cpu, host_features) -> ISA:
     else:
         table = _FORCED_TARGET if arch == "x86_64" else _FORCED_TARGET_ARM
         cpu, feats = table.get(level, ("generic", ""))
+        below = levels[:levels.index(level)]
+        for opt in OPTIONAL_LEVELS:     # an optional level under this one: its features too
+            if opt in below and _FORCED_TARGET[opt][1] not in feats:
+                feats = ",".join(f for f in (feats, _FORCED_TARGET[opt][1]) if f)
     return ISA(arch, level, levels, cpu, feats, host_cpu, host_features)
 
 

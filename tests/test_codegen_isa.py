@@ -42,9 +42,16 @@ X86 = HOST.arch == "x86_64"
     (AVX512 + ",+avx512vnni", ("generic", "avx2", "avx512", "avx512_vnni")),
     # bf16 without vnni: the ladder stops at avx512
     (AVX512 + ",+avx512bf16", ("generic", "avx2", "avx512")),
-    (AVX512 + ",+avx512vnni,+avx512bf16", X86_LEVELS[:5]),
-    (AVX512 + ",+avx512vnni,+avx512bf16,+amx-tile,+amx-int8", X86_LEVELS[:5]),   # no amx-bf16
-    (AVX512 + ",+avx512vnni,+avx512bf16,+amx-tile,+amx-int8,+amx-bf16", X86_LEVELS),
+    (AVX512 + ",+avx512vnni,+avx512bf16", ("generic", "avx2", "avx512", "avx512_vnni",
+                                           "avx512_bf16")),
+    (AVX512 + ",+avx512vnni,+avx512bf16,+amx-tile,+amx-int8",                   # no amx-bf16
+     ("generic", "avx2", "avx512", "avx512_vnni", "avx512_bf16")),
+    (AVX512 + ",+avx512vnni,+avx512bf16,+amx-tile,+amx-int8,+amx-bf16,+avxvnni", X86_LEVELS),
+    # AVX-VNNI is a level where present and skipped where not (Alder Lake: without AVX-512;
+    # Ice Lake: AVX-512 without it), never the end of the ladder
+    (AVX2 + ",+avxvnni", ("generic", "avx2", "avx_vnni")),
+    (AVX512 + ",+avx512vnni,+avxvnni", ("generic", "avx2", "avx_vnni", "avx512", "avx512_vnni")),
+    (AVX2.replace("+fma", "-fma") + ",+avxvnni", ("generic",)),
 ])
 def test_x86_levels_from_features(features, want):
     assert supported_levels("x86_64", features) == want
@@ -93,9 +100,14 @@ def test_forced_levels(level):
     if level == HOST.levels[-1]:
         assert (forced.cpu_name, forced.features) == (HOST.host_cpu, HOST.host_features)
     elif X86:          # a forced level targets a generic CPU of that level, not the host
-        want = {"generic": "x86-64", "avx2": "x86-64-v3"}.get(level, "x86-64-v4")
+        want = {"generic": "x86-64", "avx2": "x86-64-v3", "avx_vnni": "x86-64-v3"}.get(
+            level, "x86-64-v4")
         assert forced.cpu_name == want
         assert forced.cpu_name != HOST.host_cpu
+        # an optional level below a forced one is compiled in (its code may run there)
+        below = HOST.levels[:HOST.levels.index(level)]
+        assert ("+avxvnni" in forced.features.split(",")) == ("avx_vnni" in below
+                                                              or level == "avx_vnni")
 
 
 @pytest.fixture
@@ -173,6 +185,16 @@ def test_avx2_level_assembly_has_no_zmm():
         asm = _asm("avx2", op_name, dtype, family, **dims)
         assert "ymm" in asm, f"{op_name}/{family}: expected AVX2 code"
         assert "zmm" not in asm, f"{op_name}/{family} at avx2 uses AVX-512 registers"
+
+
+@pytest.mark.skipif(not X86 or "avx_vnni" not in HOST.levels, reason="x86-64 with AVX-VNNI")
+def test_avx_vnni_level_panels_use_vex_vpdpbusd():
+    """The row panels at avx_vnni take vpdpbusd on ymm (VEX), at avx2 vpmaddubsw: catches an
+    avx_vnni level whose kernels never reach the instruction (their results are the same)."""
+    vnni = _asm("avx_vnni", "matmul_q8k_rp", "Q4_K", "panel", M=64, K=512)
+    assert re.search(r"\{vex\}\s+vpdpbusd\s+%ymm", vnni) and "zmm" not in vnni
+    plain = _asm("avx2", "matmul_q8k_rp", "Q4_K", "panel", M=64, K=512)
+    assert "vpdpbusd" not in plain and "vpmaddubsw" in plain and "zmm" not in plain
 
 
 @pytest.mark.skipif(not X86, reason="x86-64")

@@ -480,23 +480,27 @@ def _site_ops(eng, bucket):
             if name.endswith(sfx)}
 
 
-def test_q8k_sites_and_panel_layout(q4km_model):
+@pytest.mark.parametrize("level", [None, "avx2"])
+def test_q8k_sites_and_panel_layout(q4km_model, level):
     """K-quant weights (K a multiple of 256) read Q8K activations in every program: Q4_K/Q5_K
     with whole 16-row panels through matmul_q8k_rp on a repacked copy where the ISA has the
-    panel kernels (one copy per tensor, shared by all programs), the rest through matmul_q8k;
-    the legacy fallback (ffn_down, K = 352: Q5_0/Q8_0) stays on Q8A; each producer is quantised
-    once per format."""
-    eng = JITEngine(q4km_model, n_ctx=64, max_seqs=4, threads=2, max_batch_tokens=32)
+    panel kernels (x86-64 from avx2 up; one copy per tensor, shared by all programs), the rest
+    through matmul_q8k; the legacy fallback (ffn_down, K = 352: Q5_0/Q8_0) stays on Q8A; each
+    producer is quantised once per format. At this CPU's level and at the forced avx2 level
+    (catches the panels left to the AVX-512 levels)."""
+    from conftest import isa_at
+    eng = JITEngine(q4km_model, n_ctx=64, max_seqs=4, threads=2, max_batch_tokens=32,
+                    isa=isa_at(level or "native"))
     try:
         assert eng.buckets == [1, 4, 8, 16, 32]
-        vnni = eng.isa.has("avx512_vnni")
+        panels = eng.isa.has("avx2")
         for bucket in eng.buckets:
             ops = _site_ops(eng, bucket)
             for il in range(q4km_model.config.n_layer):
                 b = f"blk.{il}."
                 for w in ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up"):
                     t = q4km_model.tensor(f"{b}{w}.weight")
-                    rp = vnni and t.type.name in ("Q4_K", "Q5_K") and t.n_rows % 16 == 0
+                    rp = panels and t.type.name in ("Q4_K", "Q5_K") and t.n_rows % 16 == 0
                     assert ops[t.name] == ("matmul_q8k_rp" if rp else "matmul_q8k"), (bucket, w)
                     assert (t.name in eng.panel_weights) == rp
                 assert ops[f"{b}ffn_down.weight"] == "matmul_q8a"
@@ -516,12 +520,16 @@ def test_q8k_sites_and_panel_layout(q4km_model):
         eng.close()
 
 
-def test_panel_layout_changes_no_result(q4km_model):
+@pytest.mark.parametrize("level", [None, "avx2", "avx_vnni"])
+def test_panel_layout_changes_no_result(q4km_model, level):
     """The repacked copy is read by the same arithmetic: logits of prefill, a batch of 4 and
     single decode steps equal those of the engine reading the GGUF rows (matmul_q8k) up to f32
     summation order (which can move an activation by one 8-bit quantum before the next product,
     as in test_batched_decode_equals_one_by_one: cosine >= 0.9999, same top-1); the file's pages
-    released by the repack read back the same bytes."""
+    released by the repack read back the same bytes. At this CPU's level and at the 256-bit
+    levels (the ymm panels against the avx2 1-row kernels)."""
+    from conftest import isa_at
+    isa = isa_at(level or "native")
     rng = np.random.default_rng(8)
     V = q4km_model.config.n_vocab
     prompts = [rng.integers(0, V, n) for n in (3, 9, 14, 20)]
@@ -536,19 +544,15 @@ def test_panel_layout_changes_no_result(q4km_model):
             return out, dict(eng.panel_weights)
         finally:
             eng.close()
-    got, panels = run(JITEngine(q4km_model, n_ctx=64, max_seqs=4, threads=2))
-    want, none = run(JITEngine(q4km_model, n_ctx=64, max_seqs=4, threads=2, row_panels=False))
-    assert not none and (panels or not detect_vnni())
+    got, panels = run(JITEngine(q4km_model, n_ctx=64, max_seqs=4, threads=2, isa=isa))
+    want, none = run(JITEngine(q4km_model, n_ctx=64, max_seqs=4, threads=2, row_panels=False,
+                               isa=isa))
+    assert not none and (panels or not isa.has("avx2"))
     for g, w in zip(got, want):
         assert _cos(g, w).min() >= 0.9999
         assert (g.argmax(-1) == w.argmax(-1)).all()
     for n, data in before.items():
         assert np.array_equal(q4km_model.tensor(n).data, data), n
-
-
-def detect_vnni() -> bool:
-    from reame.codegen.isa import detect
-    return detect().has("avx512_vnni")
 
 
 @pytest.mark.parametrize("q8k_min_tokens", [None, 1])
@@ -642,17 +646,18 @@ def test_available_memory_reads_the_cgroup_limit(tmp_path):
     assert available_memory(str(tmp_path)) > 2 * 2**30 or available_memory() < 2 * 2**30
 
 
-@pytest.mark.parametrize("level", [None, "avx2"])
+@pytest.mark.parametrize("level", [None, "avx2", "avx_vnni"])
 @pytest.mark.parametrize("mix", ["Q2_K", "Q3_K", "IQ4_XS"])
 def test_q8k_only_types_sites(synth_dir, mix, level):
     """Types with Q8K kernels only (no Q8A kernels, no row panels): integer dots on Q8K in the
     decode and batch programs; in the prompt-chunk program the AMX tiles where the level has
-    them, AArch64's i8mm (smmla) tiles, or the avx2 tiles at the avx2 level (select.prompt_q8k),
-    else the float path (faster there than the 1-row tiles), and the reference oracle rounds
-    their inputs by the same rule. At this CPU's level and at the forced avx2 level. Catches a
-    type that silently stays on the float path for decode (or on the portable kernel at avx2),
-    a prompt program sent to the 1-row vnni tiles or left on the float path at avx2, and a
-    reference that rounds where the engine does not."""
+    them, AArch64's i8mm (smmla) tiles, or the avx2 tiles at the 256-bit levels (avx2,
+    avx_vnni: select.prompt_q8k), else the float path (faster there than the 1-row tiles), and
+    the reference oracle rounds their inputs by the same rule. At this CPU's level and at the
+    forced avx2 and avx_vnni levels. Catches a type that silently stays on the float path for
+    decode (or on the portable kernel at avx2), a prompt program sent to the 1-row vnni tiles
+    or left on the float path at avx2 or avx_vnni, and a reference that rounds where the engine
+    does not."""
     from conftest import isa_at
     from reame.codegen.ops.matmul_q8k import PROMPT_LEVELS
     isa = isa_at(level or "native")
@@ -668,14 +673,14 @@ def test_q8k_only_types_sites(synth_dir, mix, level):
         assert tiled == any(v.family in tiles and v.usable(eng.isa)
                             and eng.isa.level in PROMPT_LEVELS.get(v.family, (eng.isa.level,))
                             for v in get_op("matmul_q8k").variants)
-        if level == "avx2":
+        if level in ("avx2", "avx_vnni"):
             assert tiled
         for bucket in eng.buckets:
             want = "matmul_q8k" if bucket <= 16 or tiled else "matmul"
             assert _site_ops(eng, bucket)[name] == want, (bucket, want)
             fam = eng.table.by_name[f"{name}@{bucket}"].kernel.spec.family
             assert (fam in tiles) == tiled if bucket > 16 else fam != "amx", (bucket, fam)
-            if level == "avx2":
+            if level in ("avx2", "avx_vnni"):
                 assert fam == "avx2", (bucket, fam)
         for n, fmt in ((1, "q8k"), (16, "q8k"), (17, "q8k" if tiled else None),
                        (32, "q8k" if tiled else None)):

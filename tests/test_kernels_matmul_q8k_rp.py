@@ -100,18 +100,21 @@ def test_256_bit_panels_equal_the_512_bit_ones_bit_for_bit(dtype):
     isa = _isa("native")
     if not isa.has("avx512_vnni"):
         pytest.skip("no AVX-512 VNNI here")
-    low = _isa("avx2")
     M, K, n = 48, 1280, 11
-    for nt in (1, 4, 8):
-        zmm = KernelSpec.make(OP.name, dtype, "panel", isa.level, M=M, K=K, acc=1, nt=nt)
-        ymm = KernelSpec.make(OP.name, dtype, "panel", low.level, M=M, K=K, acc=1, nt=nt)
-        case = OP.make_case(zmm, np.random.default_rng([5, nt]), n)
-        y0 = case.buffers["y"].copy()
-        build(zmm, isa).run_threads(case.args, 2)
-        want = case.buffers["y"].copy()
-        case.buffers["y"][...] = y0
-        build(ymm, low).run_threads(case.args, 2)
-        assert np.array_equal(case.buffers["y"], want), (dtype, nt)
+    for level in ("avx2", "avx_vnni"):       # AVX-VNNI: vpdpbusd on each ymm half
+        if level not in isa.levels:
+            continue
+        low = _isa(level)
+        for nt in (1, 4, 8):
+            zmm = KernelSpec.make(OP.name, dtype, "panel", isa.level, M=M, K=K, acc=1, nt=nt)
+            ymm = KernelSpec.make(OP.name, dtype, "panel", low.level, M=M, K=K, acc=1, nt=nt)
+            case = OP.make_case(zmm, np.random.default_rng([5, nt]), n)
+            y0 = case.buffers["y"].copy()
+            build(zmm, isa).run_threads(case.args, 2)
+            want = case.buffers["y"].copy()
+            case.buffers["y"][...] = y0
+            build(ymm, low).run_threads(case.args, 2)
+            assert np.array_equal(case.buffers["y"], want), (dtype, level, nt)
 
 
 def _extreme_weights(dtype, rng, M, K):

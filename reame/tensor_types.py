@@ -31,6 +31,11 @@ class TensorType:
     #                                  tokens; without them those steps take the float path)...
     prompt_families: tuple[str, ...] = ()   # ...or only at levels where matmul_q8k has one of
     #                                  these families for the type (codegen/ops/matmul_q8k.prompt_q8k)
+    row_panel_levels: tuple[str, ...] = ()  # row_panel only at these ISA levels (empty: all)
+
+    def row_panel_at(self, level: str) -> bool:
+        """Whether weights of this type are repacked into the row-panel layout at `level`."""
+        return self.row_panel and (not self.row_panel_levels or level in self.row_panel_levels)
 
     def row_bytes(self, n: int) -> int:
         """Bytes of one row of `n` elements (n must be a multiple of block_size)."""
@@ -44,11 +49,12 @@ class TensorType:
 
 def _row(name: str, act_format: str | None = None, int_dot: bool = False,
          row_panel: bool = False, q8k_prompt: bool = False,
-         prompt_families: tuple[str, ...] = ()) -> TensorType:
+         prompt_families: tuple[str, ...] = (), row_panel_levels: tuple[str, ...] = ()) -> TensorType:
     ggml = GGMLQuantizationType[name]
     block, size = GGML_QUANT_SIZES[ggml]
     return TensorType(name, ggml, block, size, name not in ("F32", "F16", "BF16"), act_format,
-                      int_dot or act_format == "q8a", row_panel, q8k_prompt, prompt_families)
+                      int_dot or act_format == "q8a", row_panel, q8k_prompt, prompt_families,
+                      row_panel_levels)
 
 
 # Steps of at least this many tokens run the JIT's prompt-chunk program (the one above its
@@ -68,7 +74,11 @@ TENSOR_TYPES: dict[str, TensorType] = {t.name: t for t in (
     _row("Q5_1",   "q8a"),
     _row("Q4_K",   "q8k",       int_dot=True, row_panel=True, q8k_prompt=True),
     _row("Q5_K",   "q8k",       int_dot=True, row_panel=True, q8k_prompt=True),
-    _row("Q6_K",   "q8k",       int_dot=True, q8k_prompt=True),
+    # Q6_K: row panels only below avx512_vnni, where matmul_q8k has no panel family on GGUF rows
+    # (the records' ymm panels: prompt-sized 2048 x 5632 117 against 63-74 GOP/s for the 1-row
+    # avx2 tiles; from avx512_vnni the zmm panels on GGUF rows are as fast as on records)
+    _row("Q6_K",   "q8k",       int_dot=True, row_panel=True, q8k_prompt=True,
+         row_panel_levels=("avx2", "avx_vnni", "avx512")),
     # Q8K kernels only (no Q8A kernels, no row panels). Prompt chunks on Q8K where the level has
     # matmul_q8k's AMX tiles (3.5-4.5x the float gemm, docs/kernels-kquants.md), AArch64's smmla
     # tiles, or at the avx2 level its avx2 tiles (as fast as the float gemm there, and a decode

@@ -484,8 +484,9 @@ def _site_ops(eng, bucket):
 def test_q8k_sites_and_panel_layout(q4km_model, level):
     """K-quant weights (K a multiple of 256) read Q8K activations in every program: Q4_K/Q5_K
     with whole 16-row panels through matmul_q8k_rp on a repacked copy where the ISA has the
-    panel kernels (x86-64 from avx2 up; one copy per tensor, shared by all programs), the rest
-    through matmul_q8k; the legacy fallback (ffn_down, K = 352: Q5_0/Q8_0) stays on Q8A; each
+    panel kernels (x86-64 from avx2 up; Q6_K only below avx512_vnni, where matmul_q8k has no
+    panels on GGUF rows; one copy per tensor, shared by all programs), the rest through
+    matmul_q8k; the legacy fallback (ffn_down, K = 352: Q5_0/Q8_0) stays on Q8A; each
     producer is quantised once per format. At this CPU's level and at the forced avx2 level
     (catches the panels left to the AVX-512 levels)."""
     from conftest import isa_at
@@ -500,7 +501,9 @@ def test_q8k_sites_and_panel_layout(q4km_model, level):
                 b = f"blk.{il}."
                 for w in ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up"):
                     t = q4km_model.tensor(f"{b}{w}.weight")
-                    rp = panels and t.type.name in ("Q4_K", "Q5_K") and t.n_rows % 16 == 0
+                    rp = panels and t.n_rows % 16 == 0 and (
+                        t.type.name in ("Q4_K", "Q5_K")
+                        or t.type.name == "Q6_K" and not eng.isa.has("avx512_vnni"))
                     assert ops[t.name] == ("matmul_q8k_rp" if rp else "matmul_q8k"), (bucket, w)
                     assert (t.name in eng.panel_weights) == rp
                 assert ops[f"{b}ffn_down.weight"] == "matmul_q8a"
@@ -508,10 +511,16 @@ def test_q8k_sites_and_panel_layout(q4km_model, level):
                                and s.split(".", 1)[1].startswith(b))
                 # producers h (attention), att, h (FFN): Q8K; g (ffn_down's input): Q8A
                 assert quant == ["quantize_q8a"] + ["quantize_q8k"] * 3, quant
-            assert ops["output.weight"] == "matmul_q8k"
+            head = q4km_model.tensor("output.weight")
+            assert head.type.name == "Q6_K"
+            assert ops["output.weight"] == ("matmul_q8k" if eng.isa.has("avx512_vnni")
+                                            or head.n_rows % 16 else "matmul_q8k_rp")
         for name, w in eng.panel_weights.items():     # programs point at the one copy
             t = q4km_model.tensor(name)
-            assert w.nbytes == t.data.nbytes
+            from reame.codegen import panel_layout
+            assert w.nbytes == (t.n_rows // 16 * t.data.nbytes // t.n_rows
+                                // panel_layout.BLOCK_BYTES[t.type.name]
+                                * panel_layout.record_bytes(t.type.name))   # Q6_K: +32 B
             slots = [s for n, s in eng.table.by_name.items() if n.split("@")[0] == name]
             assert len(slots) == len(eng.buckets)
         with pytest.raises(ValueError, match="q8k_min_tokens"):

@@ -5,8 +5,8 @@ level, skipping variants declared for bigger programs: `Variant.min_tokens`), th
 file prefers for that many tokens where it declares a policy (`Op.prefers`: the row panels of
 matmul_q8a in every program, matmul_q8k's for batches with long rows and prompt chunks, the
 GEMM for float prompt chunks), and within it the tile that fits the program's token count (see
-`choose`); op `matmul_q8k_rp` (Q4_K/Q5_K weights repacked into the row-panel layout by the
-engine) is panels at every step size, nt = 1 for decode. Quantised
+`choose`); op `matmul_q8k_rp` (Q4_K/Q5_K weights, and Q6_K's below avx512_vnni, repacked
+into the row-panel layout by the engine) is panels at every step size, nt = 1 for decode. Quantised
 weights go through the integer path (activations quantised to Q8A, `matmul_q8a`) when the level
 has a kernel for that type; float weights through `matmul`, with the GEMM family for prompt
 chunks. The adaptive runtime replaces these starting points by measured winners.
@@ -53,8 +53,8 @@ def matmul_site(dtype: str, rows: int, K: int, n_tokens: int, isa: ISA, acc: int
     - quantised weights with integer-dot kernels at this level read 8-bit activations (unless
       int_dot=False, `--act-type f32`): Q8K for the type table's q8k types (K a multiple of
       256) in programs of >= q8k_min_tokens tokens (prompt-chunk programs only where
-      prompt_q8k says so), through matmul_q8k_rp on a copy repacked
-      into the row-panel layout for the row_panel types with whole 16-row panels where the
+      prompt_q8k says so), through matmul_q8k_rp on a copy repacked into the row-panel layout
+      for the row_panel types (at their row_panel_levels) with whole 16-row panels where the
       level has the panel kernels, else matmul_q8k on the file's bytes; Q8A (K a multiple of
       32) through matmul_q8a otherwise;
     - everything else reads f32 rows through matmul (weights dequantised in registers).
@@ -69,7 +69,7 @@ def matmul_site(dtype: str, rows: int, K: int, n_tokens: int, isa: ISA, acc: int
                 and n_tokens >= q8k_min_tokens
                 and (n_tokens < PROMPT_STEP or prompt_q8k(dtype, isa))
                 and has_kernel("matmul_q8k", dtype, isa)):
-            if (row_panel and t.row_panel and rows % PANEL_ROWS == 0
+            if (row_panel and t.row_panel_at(isa.level) and rows % PANEL_ROWS == 0
                     and any(v.family == "panel" and v.usable(isa)
                             for v in registry.get_op("matmul_q8k_rp").variants)):
                 return Site(choose("matmul_q8k_rp", dtype, isa, tt, **dims), "q8k", "row_panel")

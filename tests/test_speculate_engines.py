@@ -277,10 +277,10 @@ def prompt_programs_differ(mix: str, isa) -> bool:
 
 
 @pytest.mark.parametrize("level", ["avx2", None])
-@pytest.mark.parametrize("mix", ["Q8_0", "Q5_0", "Q5_1", "Q4_K_M", "Q3_K_M"])
+@pytest.mark.parametrize("mix", ["Q8_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K_M", "Q3_K_M"])
 def test_a_tokens_logits_are_one_arithmetic_for_every_weight_type(tmp_path_factory, mix, level):
     """Tiny synthetic Llama models (bench/synth.py: Q5_0 / Q5_1 through matmul_q8a's vnni and
-    avx2 families, Q4_K_M and Q3_K_M with their Q5_0 / Q5_1 / Q6_K fallbacks and K-quants) on the
+    avx2 families, Q4_1 through its row panels (on ymm halves at avx2), Q4_K_M and Q3_K_M with their Q5_0 / Q5_1 / Q6_K fallbacks and K-quants) on the
     JIT engine at this CPU's level and at the forced avx2 level: a token's logits alone equal its
     rows in a 5- and a 12-token step, and (but where prompt_programs_differ) its row beside
     another sequence's 47-token prompt chunk (a prompt-sized program; at the avx2 level every

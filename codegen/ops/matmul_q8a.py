@@ -143,14 +143,6 @@ OP = Op(
                 "activation broadcast, scales applied to 16 rows per instruction; activations "
                 "repacked block-major per token tile; " + _TOKENS_DOC
                 + ", pf_loc = next-panel prefetch locality (3: L1, 2: L2, none: off)"),
-        # Q4_0 / Q4_1 only: at one token these panels (16 rows transposed in registers per
-        # block) read Q8_0 from DRAM at 0.6x the 1-row avx2 tile, which Q8_0 keeps in every
-        # program (one arithmetic per token); its rendering below avx512_vnni stays correct
-        # (|q| x sign) for an explicit build (docs/kernels-int8.md)
-        Variant("panel", "avx2", ("Q4_0", "Q4_1"), ({"nt": 1}, {"nt": 2}, {"nt": 4}, {"nt": 8}),
-                "the same row panels in two 256-bit halves (rows 0-7, 8-15): per weight dword "
-                "vpmaddubsw with the token's 4 bytes broadcast, the nibble pairs of 8 dwords "
-                "summed in int16, vpmaddwd (AVX-VNNI: vpdpbusd per half)"),
         AmxVariant("amx", "amx", PANEL_FAMILY_TYPES, ({"tc": 128}, {"tc": 64}),
                    "AMX-INT8: family `panel`'s arithmetic with the integer dots on tiles: per "
                    "16-row panel and token chunk the rows' blocks decoded once into int8 B tiles, "

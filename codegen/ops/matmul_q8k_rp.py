@@ -12,8 +12,9 @@ well as batches and prompts. Threads split the rows in whole panels.
 Families (templates/matmul_q8k_rp_<family>.ll.j2, which include matmul_q8k's):
     generic   matmul_q8k's generic kernel, each superblock gathered back from the record into a
               stack buffer first: the portable reference the dispatch table checks against
-    panel     matmul_q8k's row-panel kernel on records (AVX-512 VNNI); pf_bytes = prefetch
-              distance (bytes ahead in the record stream), pf_loc = its locality hint
+    panel     matmul_q8k's row-panel kernel on records: zmm lanes from AVX-512 VNNI (pf_bytes =
+              prefetch distance in bytes ahead in the record stream, pf_loc = its locality
+              hint), two ymm halves below it (avx2, avx_vnni, avx512; no software prefetch)
 The expected result and tolerance are matmul_q8k's (same integer sums, same float steps).
 """
 

@@ -143,6 +143,7 @@ def environment() -> jinja2.Environment:
                            fail=_fail, hx=hx, ssa=ssa, stem=stem_of,
                            panel_offsets=panel_layout.record_offsets,
                            panel_segments=lambda dtype: panel_layout.SEGMENTS[dtype],
+                           panel_f16_segments=lambda dtype: panel_layout.F16_SEGMENTS.get(dtype, ()),
                            panel_record=panel_layout.record_bytes,
                            iq4_levels=IQ4_LEVELS)
         env.filters.update(f32=f32_hex, f64=f64_hex)

@@ -83,7 +83,7 @@ class Slot:
 # N > n rows are a case for n rows (the engine's buffers are likewise max_tokens rows long)
 ROW_WISE = frozenset({"add", "rms_norm", "softcap", "softmax", "swiglu", "rope", "get_rows",
                       "quantize_q8a", "quantize_q8k", "matmul", "matmul_q8a", "matmul_q8k",
-                      "matmul_q8k_rp", "attn_decode", "attn_prefill"})
+                      "matmul_q8k_rp", "matmul_q8a_rp", "attn_decode", "attn_prefill"})
 # ops whose first n tokens of a case for N > n tokens are a case for n tokens, but whose output is
 # not rows of the count (store_kv writes cache cells): the generic kernel runs at each count
 PREFIX = frozenset({"store_kv"})

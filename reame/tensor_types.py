@@ -26,7 +26,8 @@ class TensorType:
     act_format: str | None = None
     int_dot: bool = False            # Q8A kernels exist (for "q8k" types: steps below the
     #                                  engine's q8k_min_tokens, rows not a multiple of 256)
-    row_panel: bool = False          # repacked at load into the row-panel layout (matmul_q8k_rp)
+    row_panel: bool = False          # repacked at load into the row-panel layout (matmul_q8k_rp,
+    #                                  matmul_q8a_rp)
     q8k_prompt: bool = False         # Q8K kernels in prompt-chunk steps too (>= PROMPT_STEP
     #                                  tokens; without them those steps take the float path)...
     prompt_families: tuple[str, ...] = ()   # ...or only at levels where matmul_q8k has one of
@@ -62,14 +63,20 @@ def _row(name: str, act_format: str | None = None, int_dot: bool = False,
 PROMPT_STEP = 17
 
 
+# the x86 levels whose row panels run on 256-bit registers (below avx512_vnni)
+PANEL_256 = ("avx2", "avx_vnni", "avx512")
+
 TENSOR_TYPES: dict[str, TensorType] = {t.name: t for t in (
     #    type      activations  traits
     _row("F32"),
     _row("F16"),
     _row("BF16"),
-    _row("Q8_0",   "q8a"),
-    _row("Q4_0",   "q8a"),
-    _row("Q4_1",   "q8a"),
+    # Q8_0 / Q4_0 / Q4_1: row panels on records (matmul_q8a_rp) below avx512_vnni, where the
+    # panels on GGUF rows (matmul_q8a `panel`, 16-row transposes per block) cost more than the
+    # 1-row tiles at one token; from avx512_vnni those panels run on the file's rows
+    _row("Q8_0",   "q8a",       row_panel=True, row_panel_levels=PANEL_256),
+    _row("Q4_0",   "q8a",       row_panel=True, row_panel_levels=PANEL_256),
+    _row("Q4_1",   "q8a",       row_panel=True, row_panel_levels=PANEL_256),
     _row("Q5_0",   "q8a"),
     _row("Q5_1",   "q8a"),
     _row("Q4_K",   "q8k",       int_dot=True, row_panel=True, q8k_prompt=True),
@@ -78,7 +85,7 @@ TENSOR_TYPES: dict[str, TensorType] = {t.name: t for t in (
     # (the records' ymm panels: prompt-sized 2048 x 5632 117 against 63-74 GOP/s for the 1-row
     # avx2 tiles; from avx512_vnni the zmm panels on GGUF rows are as fast as on records)
     _row("Q6_K",   "q8k",       int_dot=True, row_panel=True, q8k_prompt=True,
-         row_panel_levels=("avx2", "avx_vnni", "avx512")),
+         row_panel_levels=PANEL_256),
     # Q8K kernels only (no Q8A kernels, no row panels). Prompt chunks on Q8K where the level has
     # matmul_q8k's AMX tiles (3.5-4.5x the float gemm, docs/kernels-kquants.md), AArch64's smmla
     # tiles, or at the avx2 level its avx2 tiles (as fast as the float gemm there, and a decode

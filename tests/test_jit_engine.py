@@ -486,7 +486,8 @@ def test_q8k_sites_and_panel_layout(q4km_model, level):
     with whole 16-row panels through matmul_q8k_rp on a repacked copy where the ISA has the
     panel kernels (x86-64 from avx2 up; Q6_K only below avx512_vnni, where matmul_q8k has no
     panels on GGUF rows; one copy per tensor, shared by all programs), the rest through
-    matmul_q8k; the legacy fallback (ffn_down, K = 352: Q5_0/Q8_0) stays on Q8A; each
+    matmul_q8k; the legacy fallback (ffn_down, K = 352: Q5_0/Q8_0) stays on Q8A (Q8_0 through
+    matmul_q8a_rp on a repacked copy below avx512_vnni); each
     producer is quantised once per format. At this CPU's level and at the forced avx2 level
     (catches the panels left to the AVX-512 levels)."""
     from conftest import isa_at
@@ -506,7 +507,11 @@ def test_q8k_sites_and_panel_layout(q4km_model, level):
                         or t.type.name == "Q6_K" and not eng.isa.has("avx512_vnni"))
                     assert ops[t.name] == ("matmul_q8k_rp" if rp else "matmul_q8k"), (bucket, w)
                     assert (t.name in eng.panel_weights) == rp
-                assert ops[f"{b}ffn_down.weight"] == "matmul_q8a"
+                down = q4km_model.tensor(f"{b}ffn_down.weight")     # K = 352: Q5_0 / Q8_0
+                rp8 = (panels and not eng.isa.has("avx512_vnni") and down.n_rows % 16 == 0
+                       and down.type.name in ("Q8_0", "Q4_0", "Q4_1"))
+                assert ops[down.name] == ("matmul_q8a_rp" if rp8 else "matmul_q8a"), bucket
+                assert (down.name in eng.panel_weights) == rp8
                 quant = sorted(o for s, o in ops.items() if s.startswith("quantize")
                                and s.split(".", 1)[1].startswith(b))
                 # producers h (attention), att, h (FFN): Q8K; g (ffn_down's input): Q8A

@@ -21,7 +21,7 @@ from reame.codegen.panel_layout import SEGMENTS
 from reame.codegen.registry import get_op
 from conftest import isa_at
 
-OPS = ("matmul_q8a", "matmul_q8k", "matmul_q8k_rp")
+OPS = ("matmul_q8a", "matmul_q8k", "matmul_q8k_rp", "matmul_q8a_rp")
 NS = (1, 2, 3, 5, 8, 9, 17)
 THREADS = (1, 2, 3)
 DIMS = ((48, 512, 0), (80, 1024, 1))     # M a multiple of 16: matmul_q8k_rp's panels
@@ -40,7 +40,7 @@ def _families():
             if not v.usable(isa_at(level)) or len({t.get("nt", 1) for t in v.tiles}) < 2:
                 continue
             for dtype in v.dtypes:
-                if name == "matmul_q8k_rp" and dtype not in SEGMENTS:
+                if name.endswith("_rp") and dtype not in SEGMENTS:
                     continue                    # repacked layouts exist for the row-panel types
                 out.append(pytest.param(name, v.family, dtype, level,
                                         id=f"{name}-{v.family}-{dtype}-{level}"))

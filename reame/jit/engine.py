@@ -88,7 +88,7 @@ class JITEngine:
         self.kv_dtype = kv_dtype
         self.max_seqs = max_seqs
         self.int_dot = int_dot     # quantised weights x Q8A activations (False: f32 activations)
-        self.row_panels = row_panels   # repack the type table's row_panel types (matmul_q8k_rp)
+        self.row_panels = row_panels   # repack the type table's row_panel types (matmul_q8*_rp)
         # K-quant weights x Q8K activations in programs for >= this many tokens (None: never)
         self.q8k_min_tokens = q8k_min_tokens if int_dot else None
         self.buckets = sorted({b for b in BUCKETS if b < self.max_tokens} | {self.max_tokens})

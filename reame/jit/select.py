@@ -5,8 +5,9 @@ level, skipping variants declared for bigger programs: `Variant.min_tokens`), th
 file prefers for that many tokens where it declares a policy (`Op.prefers`: the row panels of
 matmul_q8a in every program, matmul_q8k's for batches with long rows and prompt chunks, the
 GEMM for float prompt chunks), and within it the tile that fits the program's token count (see
-`choose`); op `matmul_q8k_rp` (Q4_K/Q5_K weights, and Q6_K's below avx512_vnni, repacked
-into the row-panel layout by the engine) is panels at every step size, nt = 1 for decode. Quantised
+`choose`); ops `matmul_q8k_rp` (Q4_K/Q5_K weights, and Q6_K's below avx512_vnni) and
+`matmul_q8a_rp` (Q8_0/Q4_0/Q4_1 below avx512_vnni), on weights repacked into the row-panel
+layout by the engine, are panels at every step size, nt = 1 for decode. Quantised
 weights go through the integer path (activations quantised to Q8A, `matmul_q8a`) when the level
 has a kernel for that type; float weights through `matmul`, with the GEMM family for prompt
 chunks. The adaptive runtime replaces these starting points by measured winners.
@@ -56,7 +57,8 @@ def matmul_site(dtype: str, rows: int, K: int, n_tokens: int, isa: ISA, acc: int
       prompt_q8k says so), through matmul_q8k_rp on a copy repacked into the row-panel layout
       for the row_panel types (at their row_panel_levels) with whole 16-row panels where the
       level has the panel kernels, else matmul_q8k on the file's bytes; Q8A (K a multiple of
-      32) through matmul_q8a otherwise;
+      32) through matmul_q8a otherwise (through matmul_q8a_rp on a repacked copy for the
+      row_panel types at their row_panel_levels, with whole 16-row panels);
     - everything else reads f32 rows through matmul (weights dequantised in registers).
     q8a_ok / q8k_ok: the caller has a buffer for that activation copy; row_panel: the caller
     repacks (experts do not); tile_tokens: tokens per product, when not n_tokens (an expert's
@@ -70,11 +72,13 @@ def matmul_site(dtype: str, rows: int, K: int, n_tokens: int, isa: ISA, acc: int
                 and (n_tokens < PROMPT_STEP or prompt_q8k(dtype, isa))
                 and has_kernel("matmul_q8k", dtype, isa)):
             if (row_panel and t.row_panel_at(isa.level) and rows % PANEL_ROWS == 0
-                    and any(v.family == "panel" and v.usable(isa)
-                            for v in registry.get_op("matmul_q8k_rp").variants)):
+                    and has_kernel("matmul_q8k_rp", dtype, isa, family="panel")):
                 return Site(choose("matmul_q8k_rp", dtype, isa, tt, **dims), "q8k", "row_panel")
             return Site(choose("matmul_q8k", dtype, isa, tt, **dims), "q8k", "gguf")
         if q8a_ok and K % 32 == 0 and has_kernel("matmul_q8a", dtype, isa):
+            if (row_panel and t.row_panel_at(isa.level) and rows % PANEL_ROWS == 0
+                    and has_kernel("matmul_q8a_rp", dtype, isa, family="panel")):
+                return Site(choose("matmul_q8a_rp", dtype, isa, tt, **dims), "q8a", "row_panel")
             return Site(choose("matmul_q8a", dtype, isa, tt, **dims), "q8a", "gguf")
     return Site(choose("matmul", dtype, isa, tt, **dims), None, "gguf")
 
@@ -179,7 +183,9 @@ def attn_prefill_spec(attn_type: str, isa: ISA, n_tokens: int, **dims) -> Kernel
     return choose("attn_prefill", "F32", isa, n_tokens, **dims)
 
 
-def has_kernel(op_name: str, dtype: str, isa: ISA) -> bool:
-    """Whether op `op_name` has a variant for weights of `dtype` at this level."""
-    return any(dtype in v.dtypes and v.usable(isa) for v in registry.get_op(op_name).variants)
+def has_kernel(op_name: str, dtype: str, isa: ISA, family: str | None = None) -> bool:
+    """Whether op `op_name` has a variant (of `family`, if given) for weights of `dtype` at this
+    level."""
+    return any(dtype in v.dtypes and v.usable(isa) and family in (None, v.family)
+               for v in registry.get_op(op_name).variants)
 

@@ -1,0 +1,66 @@
+"""matmul_q8a_rp: matmul_q8a with the weights in the row-panel layout (codegen/panel_layout.py).
+
+    y[n, M] (+)= dequant(w)[M, K] @ dequant(xq)[n, K]^T
+    args ("w", "xq", "y", "n"); dims ("M", "K", "acc"); K a multiple of 32, M of 16
+
+The contract of matmul_q8a except for `w`: `panel_layout.repack` of the GGUF rows of a Q8_0, Q4_0
+or Q4_1 tensor, done once when the engine loads the model: per 16 rows and 32-block one record
+(the 16 rows' f16 d as one 32-byte vector, Q4_1's d | m << 16 as one 64-byte vector, then the
+quants' dwords, lane r = row r). The row panels then read with plain loads what matmul_q8a's
+`panel` family transposes and gathers from 16 rows per block, which at one token on 256-bit
+registers cost more than the 1-row tiles (docs/kernels-int8.md). Threads split the rows in whole
+panels.
+
+Families (templates/matmul_q8a_rp_<family>.ll.j2, which include matmul_q8a's):
+    generic   matmul_q8a's generic kernel, each block gathered back from its record into a stack
+              buffer first: the portable reference the dispatch table checks against
+    panel     matmul_q8a's row-panel kernel on records, at the 256-bit levels (two ymm halves;
+              Q8_0 as |q| x the activation with q's sign at avx2, as q + 128 at avx_vnni) and
+              above (zmm)
+The expected result and tolerance are matmul_q8a's (same integer sums, same float steps).
+"""
+
+from __future__ import annotations
+
+from .. import panel_layout
+from .base import Case, HEAVY_SLICES, Op, Variant
+from .matmul_q8a import OP as Q8A_OP
+
+RP_TYPES = ("Q8_0", "Q4_0", "Q4_1")
+
+
+def _case(spec, rng, n):
+    M = spec.p["M"]
+    if M % panel_layout.PANEL_ROWS:
+        raise ValueError(f"matmul_q8a_rp needs M a multiple of {panel_layout.PANEL_ROWS}, not {M}")
+    base = Q8A_OP.make_case(spec, rng, n)
+    w = base.buffers["w"]
+    bufs = {**base.buffers, "w": panel_layout.repack(w.reshape(M, -1), spec.dtype)}
+    return Case(bufs, OP.pack(bufs, n=n), base.outputs, {**base.meta, "w_gguf": w})
+
+
+def _reference(spec, case):
+    gguf = Case({**case.buffers, "w": case.meta["w_gguf"]}, case.args, case.outputs, case.meta)
+    return Q8A_OP.reference(spec, gguf)
+
+
+OP = Op(
+    name="matmul_q8a_rp",
+    slices=HEAVY_SLICES,
+    args=("w", "xq", "y", "n"),
+    dims=("M", "K", "acc"),
+    variants=(
+        Variant("generic", "generic", RP_TYPES, ({"nt": 1}, {"nt": 4}),
+                "matmul_q8a generic on blocks gathered from the panel records"),
+        Variant("panel", "avx2", RP_TYPES, ({"nt": 1}, {"nt": 2}, {"nt": 4}, {"nt": 8}),
+                "matmul_q8a's row panels on the panel layout: 16 rows x nt tokens per register "
+                "tile (two ymm halves below avx512_vnni), quants and scales loaded "
+                "pre-transposed"),
+    ),
+    make_case=_case,
+    reference=_reference,
+    tolerance=Q8A_OP.tolerance,
+    example_dims={"M": 4864, "K": 896, "acc": 0},
+    doc="y[n, M] (+)= W[M, K] @ X[n, K]^T, Q8_0/Q4_0/Q4_1 weights in the row-panel layout x Q8A "
+        "activations",
+)

@@ -1,0 +1,145 @@
+"""matmul_q8a_rp (Q8_0 / Q4_0 / Q4_1 weights in the row-panel layout x Q8A activations) and its
+layout (codegen/panel_layout.py): the repack against its definition, every variant x tile at the
+levels where it runs against dequant(W) @ dequant(xq)^T in float64 (several panels per thread,
+more slices than panels, partial token tiles, acc 0/1), bit-for-bit agreement with matmul_q8a's
+panels on the GGUF rows and between the 256- and 512-bit renderings, and Q8_0 at the ends of the
+int16 range at the avx2 level."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from reame.codegen import panel_layout, q8a
+from reame.codegen.kernels import build
+from reame.codegen.ops.matmul_q8a import random_weights
+from reame.codegen.registry import get_op
+from reame.codegen.spec import KernelSpec
+from conftest import guarded_bytes
+from conftest import isa_at as _isa
+from conftest import type_variant_params
+
+OP = get_op("matmul_q8a_rp")
+TYPES = ("Q8_0", "Q4_0", "Q4_1")
+DIMS = ((32, 224, 0), (16, 32, 1), (80, 1056, 1))   # panels: 2, 1, 5; blocks: 7, 1, 33
+
+
+@pytest.mark.parametrize("dtype", TYPES)
+def test_repack_matches_the_definition(dtype):
+    """Record (p, b): each f16 field (off) as 16 halfwords, lane r = bytes [off, off + 2) of row
+    16p + r's block b; then segment (off, n), vector k, lane r = bytes [off + 4k, off + 4k + 4)."""
+    M, nb = 48, 3
+    bb = panel_layout.BLOCK_BYTES[dtype]
+    raw = random_weights(dtype, np.random.default_rng(0), M, 32 * nb).reshape(M, nb * bb)
+    out = panel_layout.repack(raw, dtype)
+    recb = panel_layout.record_bytes(dtype)
+    assert recb == 16 * bb and out.nbytes == raw.nbytes        # the same bytes, moved
+    offs = panel_layout.record_offsets(dtype)
+    for p in range(M // 16):
+        for b in range(nb):
+            rec = out[(p * nb + b) * recb:(p * nb + b + 1) * recb]
+            for r in range(16):
+                row = raw[16 * p + r, b * bb:(b + 1) * bb]
+                for off in panel_layout.F16_SEGMENTS.get(dtype, ()):
+                    assert rec[offs[off] + 2 * r:][:2].tobytes() == row[off:off + 2].tobytes()
+                for off, n in panel_layout.SEGMENTS[dtype]:
+                    for k in range(n):
+                        got = rec[offs[off] + 64 * k + 4 * r:][:4]
+                        assert got.tobytes() == row[off + 4 * k:off + 4 * k + 4].tobytes()
+    covered = {o + i for o in panel_layout.F16_SEGMENTS.get(dtype, ()) for i in range(2)}
+    covered |= {o + i for o, n in panel_layout.SEGMENTS[dtype] for i in range(4 * n)}
+    assert sorted(covered) == list(range(bb))                # every byte, once
+
+
+@pytest.mark.parametrize("dtype,family,level,tile", type_variant_params(OP, TYPES))
+def test_matches_reference(dtype, family, level, tile):
+    rtol, atol = OP.tolerance(dtype)
+    for M, K, acc in DIMS:
+        spec = KernelSpec.make(OP.name, dtype, family, _isa(level).level, M=M, K=K, acc=acc,
+                               **tile)
+        k = build(spec, _isa(level))
+        for n in (1, 5, 10):
+            for nth in (1, 2, 3, 7):                 # 7 slices: more than some row counts' panels
+                case = OP.make_case(spec, np.random.default_rng([M, K, n, nth]), n)
+                want = OP.reference(spec, case)["y"]
+                k.run_threads(case.args, nth)
+                got = case.buffers["y"].astype(np.float64)
+                err = np.abs(got - want) / (atol + rtol * np.abs(want))
+                assert err.max() <= 1.0, (M, K, acc, n, nth, float(err.max()))
+
+
+@pytest.mark.parametrize("dtype", TYPES)
+def test_records_give_the_gguf_panels_bits(dtype):
+    """The 256-bit rendering on records (avx2, avx_vnni) and the 512-bit one equal matmul_q8a's
+    zmm panels on the GGUF rows bit for bit: the same integer sums and float steps, read from
+    the records instead of transposed and gathered. Catches a record segment read at the wrong
+    offset (Q4_1's m taken as d), the ymm halves swapped, Q4_0's zero-point start dropped."""
+    isa = _isa("native")
+    if not isa.has("avx512_vnni"):
+        pytest.skip("no AVX-512 VNNI here")
+    M, K, n = 48, 320, 11
+    for nt in (1, 4, 8):
+        gguf = KernelSpec.make("matmul_q8a", dtype, "panel", isa.level, M=M, K=K, acc=1, nt=nt)
+        case = OP.make_case(KernelSpec.make(OP.name, dtype, "panel", isa.level, M=M, K=K,
+                                            acc=1, nt=nt), np.random.default_rng([8, nt]), n)
+        y0 = case.buffers["y"].copy()
+        q8a_op = get_op("matmul_q8a")
+        bufs = {**case.buffers, "w": case.meta["w_gguf"], "y": y0.copy()}
+        build(gguf, isa).run_threads(q8a_op.pack(bufs, n=n), 2)
+        for level in ("native", "avx2", "avx_vnni"):
+            if level != "native" and level not in isa.levels:
+                continue
+            at = _isa(level)
+            spec = KernelSpec.make(OP.name, dtype, "panel", at.level, M=M, K=K, acc=1, nt=nt)
+            case.buffers["y"][...] = y0
+            build(spec, at).run_threads(case.args, 2)
+            assert np.array_equal(case.buffers["y"], bufs["y"]), (dtype, level, nt)
+
+
+def test_q8_0_at_the_ends_of_the_int16_range():
+    """Q8_0 at the avx2 level feeds vpmaddubsw |q| (128 for q = -128) and the activation with
+    q's sign, one dword per int16 pair (2 x 128 x 127 < 2^15): every quant -128 or 127, whole
+    tokens of activations at +-127, against float64. Catches two dwords' pairs added in int16
+    (65024 wraps) and q + 128 fed to vpmaddubsw (2 x 255 x 127 saturates)."""
+    low = _isa("avx2")
+    M, K, n = 32, 256, 5
+    rng = np.random.default_rng(12)
+    x = np.where(rng.random((n, K)) < 0.5, 1.0, -1.0).astype(np.float32)
+    x[0], x[1] = 1.0, -1.0
+    rtol, atol = OP.tolerance("Q8_0")
+    for nt in (1, 2, 4, 8):
+        spec = KernelSpec.make(OP.name, "Q8_0", "panel", low.level, M=M, K=K, acc=0, nt=nt)
+        case = OP.make_case(spec, rng, n)
+        raw = case.meta["w_gguf"].reshape(M, K // 32, 34)
+        raw[:, :, 2:] = np.where(rng.random((M, K // 32, 32)) < 0.5, 0x80, 0x7F)
+        raw[:, 1, 2:] = 0x80                              # a whole block at -128
+        case.buffers["w"][...] = panel_layout.repack(raw.reshape(M, -1), "Q8_0")
+        case.buffers["xq"][...] = q8a.quantize_rows(x)
+        want = OP.reference(spec, case)["y"]
+        case.buffers["y"][...] = np.nan
+        build(spec, low).run_threads(case.args, 2)
+        np.testing.assert_allclose(case.buffers["y"], want, rtol=rtol, atol=atol * 100,
+                                   err_msg=spec.label())
+
+
+@pytest.mark.parametrize("at_end", (True, False), ids=("guard-after", "guard-before"))
+@pytest.mark.parametrize("dtype", TYPES)
+def test_reads_stay_inside_the_records(dtype, at_end):
+    """Records between PROT_NONE pages: no variant x tile x level loads a byte outside them."""
+    for level in ("native", "avx2"):
+        isa = _isa(level)
+        rtol, atol = OP.tolerance(dtype)
+        for M, K in ((16, 32), (48, 96)):
+            for spec in OP.specs(dtype, isa, M=M, K=K, acc=0):
+                case = OP.make_case(spec, np.random.default_rng(0), 5)
+                want = OP.reference(spec, case)["y"]
+                w = case.buffers["w"]
+                keep, g = guarded_bytes(w.nbytes, at_end)
+                g[:] = w
+                args = case.args.copy()
+                args[0] = g.ctypes.data
+                case.buffers["y"][...] = np.nan
+                build(spec, isa).run_threads(args, 2)
+                np.testing.assert_allclose(case.buffers["y"], want, rtol=rtol, atol=atol,
+                                           err_msg=spec.label())
+                del g, keep

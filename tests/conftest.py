@@ -207,3 +207,48 @@ def stories_expected() -> dict:
 def stories_model(stories_path):
     from reame.model import load_model
     return load_model(stories_path)
+
+
+def check_against_reference(op, dtype, family, level, tile, dims, ns=(1, 5, 10),
+                            threads=(1, 2, 3, 7)):
+    """Build op/dtype/family at `level` with `tile` for each (M, K, acc) of dims and compare
+    every n x thread count (7 slices: more than some row counts' panels) with op.reference in
+    float64, by op.tolerance."""
+    import numpy as np
+    from reame.codegen.kernels import build
+    from reame.codegen.spec import KernelSpec
+    rtol, atol = op.tolerance(dtype)
+    isa = isa_at(level)
+    for M, K, acc in dims:
+        spec = KernelSpec.make(op.name, dtype, family, isa.level, M=M, K=K, acc=acc, **tile)
+        k = build(spec, isa)
+        for n in ns:
+            for nth in threads:
+                case = op.make_case(spec, np.random.default_rng([M, K, n, nth]), n)
+                want = op.reference(spec, case)["y"]
+                k.run_threads(case.args, nth)
+                got = case.buffers["y"].astype(np.float64)
+                err = np.abs(got - want) / (atol + rtol * np.abs(want))
+                assert err.max() <= 1.0, (M, K, acc, n, nth, float(err.max()))
+
+
+def check_reads_inside_weights(op, dtype, isa, shapes, at_end):
+    """Every spec of op/dtype at `isa` for each (M, K) of shapes, with its weights between
+    PROT_NONE pages (guarded_bytes): no load outside them, and the reference's result."""
+    import numpy as np
+    from reame.codegen.kernels import build
+    rtol, atol = op.tolerance(dtype)
+    for M, K in shapes:
+        for spec in op.specs(dtype, isa, M=M, K=K, acc=0):
+            case = op.make_case(spec, np.random.default_rng(0), 5)
+            want = op.reference(spec, case)["y"]
+            w = case.buffers["w"]
+            keep, g = guarded_bytes(w.nbytes, at_end)
+            g[:] = w
+            args = case.args.copy()
+            args[0] = g.ctypes.data
+            case.buffers["y"][...] = np.nan
+            build(spec, isa).run_threads(args, 2)
+            np.testing.assert_allclose(case.buffers["y"], want, rtol=rtol, atol=atol,
+                                       err_msg=spec.label())
+            del g, keep

@@ -14,7 +14,7 @@ from reame.codegen.kernels import build
 from reame.codegen.ops.matmul_q8a_kquants import random_weights
 from reame.codegen.registry import get_op
 from reame.codegen.spec import KernelSpec
-from conftest import guarded_bytes
+from conftest import check_against_reference, check_reads_inside_weights
 from conftest import isa_at as _isa
 from conftest import type_variant_params
 
@@ -56,19 +56,7 @@ def _params():
 
 @pytest.mark.parametrize("dtype,family,level,tile", _params())
 def test_matches_reference(dtype, family, level, tile):
-    rtol, atol = OP.tolerance(dtype)
-    for M, K, acc in DIMS:
-        spec = KernelSpec.make(OP.name, dtype, family, _isa(level).level, M=M, K=K, acc=acc,
-                               **tile)
-        k = build(spec, _isa(level))
-        for n in (1, 5, 10):
-            for nth in (1, 2, 3, 7):                 # 7 slices: more than some row counts' panels
-                case = OP.make_case(spec, np.random.default_rng([M, K, n, nth]), n)
-                want = OP.reference(spec, case)["y"]
-                k.run_threads(case.args, nth)
-                got = case.buffers["y"].astype(np.float64)
-                err = np.abs(got - want) / (atol + rtol * np.abs(want))
-                assert err.max() <= 1.0, (M, K, acc, n, nth, float(err.max()))
+    check_against_reference(OP, dtype, family, level, tile, DIMS)
 
 
 @pytest.mark.parametrize("dtype", TYPES)
@@ -172,19 +160,4 @@ def test_rows_must_fill_panels():
 def test_reads_stay_inside_the_records(dtype, at_end):
     """Records between PROT_NONE pages: no variant x tile loads a byte outside them (prefetches
     may run ahead: they do not fault)."""
-    isa = _isa("native")
-    rtol, atol = OP.tolerance(dtype)
-    for M, K in ((16, 256), (48, 512)):
-        for spec in OP.specs(dtype, isa, M=M, K=K, acc=0):
-            case = OP.make_case(spec, np.random.default_rng(0), 5)
-            want = OP.reference(spec, case)["y"]
-            w = case.buffers["w"]
-            keep, g = guarded_bytes(w.nbytes, at_end)
-            g[:] = w
-            args = case.args.copy()
-            args[0] = g.ctypes.data
-            case.buffers["y"][...] = np.nan
-            build(spec, isa).run_threads(args, 2)
-            np.testing.assert_allclose(case.buffers["y"], want, rtol=rtol, atol=atol,
-                                       err_msg=spec.label())
-            del g, keep
+    check_reads_inside_weights(OP, dtype, _isa("native"), ((16, 256), (48, 512)), at_end)

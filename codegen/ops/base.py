@@ -125,3 +125,26 @@ def build_checked(op: Op, spec: KernelSpec, isa: ISA | None = None) -> Kernel:
     if not ok:
         raise AssertionError(f"{spec.label()} disagrees with the reference ({worst:.3g}x tolerance)")
     return k
+
+
+def row_panel_case(base: "Op"):
+    """make_case and reference of an op with `base`'s contract except `w`: base's weights
+    repacked into the row-panel layout (codegen/panel_layout.py; M a multiple of 16). The case
+    keeps the GGUF rows in meta["w_gguf"], which the reference reads."""
+    from .. import panel_layout
+
+    def make_case(spec: KernelSpec, rng: np.random.Generator, n: int) -> Case:
+        M = spec.p["M"]
+        if M % panel_layout.PANEL_ROWS:
+            raise ValueError(f"{spec.op} needs M a multiple of {panel_layout.PANEL_ROWS}, not {M}")
+        case = base.make_case(spec, rng, n)
+        w = case.buffers["w"]
+        bufs = {**case.buffers, "w": panel_layout.repack(w.reshape(M, -1), spec.dtype)}
+        return Case(bufs, base.pack(bufs, n=n), case.outputs, {**case.meta, "w_gguf": w})
+
+    def reference(spec: KernelSpec, case: Case) -> dict:
+        gguf = Case({**case.buffers, "w": case.meta["w_gguf"]}, case.args, case.outputs,
+                    case.meta)
+        return base.reference(spec, gguf)
+
+    return make_case, reference

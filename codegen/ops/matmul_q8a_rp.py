@@ -22,26 +22,13 @@ The expected result and tolerance are matmul_q8a's (same integer sums, same floa
 
 from __future__ import annotations
 
-from .. import panel_layout
-from .base import Case, HEAVY_SLICES, Op, Variant
+from .base import HEAVY_SLICES, Op, Variant, row_panel_case
 from .matmul_q8a import OP as Q8A_OP
 
 RP_TYPES = ("Q8_0", "Q4_0", "Q4_1")
 
 
-def _case(spec, rng, n):
-    M = spec.p["M"]
-    if M % panel_layout.PANEL_ROWS:
-        raise ValueError(f"matmul_q8a_rp needs M a multiple of {panel_layout.PANEL_ROWS}, not {M}")
-    base = Q8A_OP.make_case(spec, rng, n)
-    w = base.buffers["w"]
-    bufs = {**base.buffers, "w": panel_layout.repack(w.reshape(M, -1), spec.dtype)}
-    return Case(bufs, OP.pack(bufs, n=n), base.outputs, {**base.meta, "w_gguf": w})
-
-
-def _reference(spec, case):
-    gguf = Case({**case.buffers, "w": case.meta["w_gguf"]}, case.args, case.outputs, case.meta)
-    return Q8A_OP.reference(spec, gguf)
+_case, _reference = row_panel_case(Q8A_OP)
 
 
 OP = Op(

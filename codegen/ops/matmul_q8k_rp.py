@@ -20,25 +20,12 @@ The expected result and tolerance are matmul_q8k's (same integer sums, same floa
 
 from __future__ import annotations
 
-from .. import panel_layout
-from .base import Case, HEAVY_SLICES, Op, Variant
+from .base import HEAVY_SLICES, Op, Variant, row_panel_case
 from .matmul_q8k import OP as Q8K_OP
 from .matmul_q8k import K_TYPES, TOLERANCE
 
 
-def _case(spec, rng, n):
-    M = spec.p["M"]
-    if M % panel_layout.PANEL_ROWS:
-        raise ValueError(f"matmul_q8k_rp needs M a multiple of {panel_layout.PANEL_ROWS}, not {M}")
-    base = Q8K_OP.make_case(spec, rng, n)
-    w = base.buffers["w"]
-    bufs = {**base.buffers, "w": panel_layout.repack(w.reshape(M, -1), spec.dtype)}
-    return Case(bufs, OP.pack(bufs, n=n), base.outputs, {**base.meta, "w_gguf": w})
-
-
-def _reference(spec, case):
-    gguf = Case({**case.buffers, "w": case.meta["w_gguf"]}, case.args, case.outputs, case.meta)
-    return Q8K_OP.reference(spec, gguf)
+_case, _reference = row_panel_case(Q8K_OP)
 
 
 OP = Op(

@@ -219,7 +219,7 @@ def test_a_grammar_constrains_every_verified_position(stories_model, tok, storie
 def smollm2_jit(level: str | None = None, **kw):
     """SmolLM2-135M (Q4_1 weights, Q8_0 head: matmul_q8a products) on the JIT engine, for the
     tests of a token's bits across steps: at this CPU's level, or at a forced `level` (avx2:
-    the avx2 family). Every x86 family computes a token alike in all its tiles since
+    matmul_q8a_rp's panels on records, the head on them too). Every x86 family computes a token alike in all its tiles since
     2026-12-04 (tests/test_kernels_step_invariance.py), so no level is left out."""
     from conftest import isa_at, shared_path
 

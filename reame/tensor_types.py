@@ -71,7 +71,8 @@ TENSOR_TYPES: dict[str, TensorType] = {t.name: t for t in (
     _row("F32"),
     _row("F16"),
     _row("BF16"),
-    # Q8_0 / Q4_0 / Q4_1: row panels on records (matmul_q8a_rp) below avx512_vnni, where the
+    # Q8_0 / Q4_0 / Q4_1 (and IQ4_NL below): row panels on records (matmul_q8a_rp) below
+    # avx512_vnni, where the
     # panels on GGUF rows (matmul_q8a `panel`, 16-row transposes per block) cost more than the
     # 1-row tiles at one token; from avx512_vnni those panels run on the file's rows
     _row("Q8_0",   "q8a",       row_panel=True, row_panel_levels=PANEL_256),
@@ -95,7 +96,7 @@ TENSOR_TYPES: dict[str, TensorType] = {t.name: t for t in (
     _row("Q2_K",   "q8k",       prompt_families=("amx", "i8mm", "avx2")),
     _row("Q3_K",   "q8k",       prompt_families=("amx", "i8mm", "avx2")),
     _row("IQ4_XS", "q8k",       prompt_families=("amx", "i8mm", "avx2")),
-    _row("IQ4_NL", "q8a"),
+    _row("IQ4_NL", "q8a",       row_panel=True, row_panel_levels=PANEL_256),
 )}
 
 # IQ4_NL / IQ4_XS: the 16 signed levels a 4-bit index selects (gguf's own table)

@@ -707,8 +707,9 @@ def test_q8k_only_types_sites(synth_dir, mix, level):
 @pytest.mark.parametrize("mix", ["Q2_K", "Q3_K", "IQ4_XS", "IQ4_NL", "Q3_K_M"])
 def test_low_bit_models_agree_with_reference_at_avx2(synth_dir, mix):
     """The low-bit types' AVX2 kernels inside the engine (matmul_q8k's avx2 family for Q2_K /
-    Q3_K / IQ4_XS in every program, prompt chunks included; matmul_q8a's avx2 family for IQ4_NL,
-    those files' fallback for rows that are not whole superblocks): 256 positions at the forced
+    Q3_K / IQ4_XS in every program, prompt chunks included; IQ4_NL, those files' fallback for
+    rows that are not whole superblocks, on matmul_q8a_rp's record panels, or matmul_q8a's avx2
+    family where rows are not whole 16-row panels; the K-quants' record panels in Q3_K_M): 256 positions at the forced
     avx2 level against the reference that rounds the activations as this level does, by the
     bounds of test_synthetic_models_agree_with_reference. Catches an avx2 kernel that is right on
     the kernel tests' shapes and wrong in a model's (a 128-bit lane of the IQ4 level table, a
@@ -723,9 +724,11 @@ def test_low_bit_models_agree_with_reference_at_avx2(synth_dir, mix):
     eng = JITEngine(model, n_ctx=N_POS, max_seqs=1, threads=2, max_logits=N_POS,
                     attn_type="f32", isa=avx2)
     try:
-        fams = {slot.kernel.spec.family for slot in eng.table.by_name.values()
-                if slot.kernel.spec.op in ("matmul_q8k", "matmul_q8a")}
-        assert fams == {"avx2"}, fams
+        fams = {(slot.kernel.spec.op, slot.kernel.spec.family)
+                for slot in eng.table.by_name.values()
+                if slot.kernel.spec.op.startswith(("matmul_q8k", "matmul_q8a"))}
+        assert fams and fams <= {("matmul_q8k", "avx2"), ("matmul_q8a", "avx2"),
+                                 ("matmul_q8k_rp", "panel"), ("matmul_q8a_rp", "panel")}, fams
         got = _positions_logits(eng, toks)
     finally:
         eng.close()

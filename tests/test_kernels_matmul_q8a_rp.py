@@ -20,7 +20,7 @@ from conftest import isa_at as _isa
 from conftest import type_variant_params
 
 OP = get_op("matmul_q8a_rp")
-TYPES = ("Q8_0", "Q4_0", "Q4_1")
+TYPES = ("Q8_0", "Q4_0", "Q4_1", "IQ4_NL")
 DIMS = ((32, 224, 0), (16, 32, 1), (80, 1056, 1))   # panels: 2, 1, 5; blocks: 7, 1, 33
 
 
@@ -59,21 +59,28 @@ def test_matches_reference(dtype, family, level, tile):
 @pytest.mark.parametrize("dtype", TYPES)
 def test_records_give_the_gguf_panels_bits(dtype):
     """The 256-bit rendering on records (avx2, avx_vnni) and the 512-bit one equal matmul_q8a's
-    zmm panels on the GGUF rows bit for bit: the same integer sums and float steps, read from
-    the records instead of transposed and gathered. Catches a record segment read at the wrong
-    offset (Q4_1's m taken as d), the ymm halves swapped, Q4_0's zero-point start dropped."""
+    zmm panels on the GGUF rows bit for bit (IQ4_NL, which has no panels on GGUF rows: the zmm
+    rendering on records): the same integer sums and float steps, read from the records instead
+    of transposed and gathered. Catches a record segment read at the wrong offset (Q4_1's m
+    taken as d), the ymm halves swapped, Q4_0's zero-point start dropped, IQ4_NL's level table
+    looked up in the wrong 16-byte lane."""
     isa = _isa("native")
     if not isa.has("avx512_vnni"):
         pytest.skip("no AVX-512 VNNI here")
     M, K, n = 48, 320, 11
     for nt in (1, 4, 8):
-        gguf = KernelSpec.make("matmul_q8a", dtype, "panel", isa.level, M=M, K=K, acc=1, nt=nt)
-        case = OP.make_case(KernelSpec.make(OP.name, dtype, "panel", isa.level, M=M, K=K,
-                                            acc=1, nt=nt), np.random.default_rng([8, nt]), n)
+        zmm = KernelSpec.make(OP.name, dtype, "panel", isa.level, M=M, K=K, acc=1, nt=nt)
+        case = OP.make_case(zmm, np.random.default_rng([8, nt]), n)
         y0 = case.buffers["y"].copy()
-        q8a_op = get_op("matmul_q8a")
         bufs = {**case.buffers, "w": case.meta["w_gguf"], "y": y0.copy()}
-        build(gguf, isa).run_threads(q8a_op.pack(bufs, n=n), 2)
+        if dtype == "IQ4_NL":
+            bufs["y"][...] = y0
+            build(zmm, isa).run_threads(case.args, 2)
+            bufs["y"] = case.buffers["y"].copy()
+        else:
+            gguf = KernelSpec.make("matmul_q8a", dtype, "panel", isa.level, M=M, K=K, acc=1,
+                                   nt=nt)
+            build(gguf, isa).run_threads(get_op("matmul_q8a").pack(bufs, n=n), 2)
         for level in ("native", "avx2", "avx_vnni"):
             if level != "native" and level not in isa.levels:
                 continue

@@ -25,7 +25,7 @@ from __future__ import annotations
 from .base import HEAVY_SLICES, Op, Variant, row_panel_case
 from .matmul_q8a import OP as Q8A_OP
 
-RP_TYPES = ("Q8_0", "Q4_0", "Q4_1")
+RP_TYPES = ("Q8_0", "Q4_0", "Q4_1", "IQ4_NL")
 
 
 _case, _reference = row_panel_case(Q8A_OP)

@@ -1,5 +1,5 @@
-"""The row-panel weight layout of K-quant tensors (op matmul_q8k_rp) and of Q8_0 / Q4_0 / Q4_1
-tensors (op matmul_q8a_rp, one record per 16 rows and 32-block).
+"""The row-panel weight layout of K-quant tensors (op matmul_q8k_rp) and of Q8_0 / Q4_0 / Q4_1 /
+IQ4_NL tensors (op matmul_q8a_rp, one record per 16 rows and 32-block).
 
 The panel kernels compute 16 weight rows at once with row r in vector lane r: per superblock they
 load each of the 16 rows' bytes and transpose them in registers (16 x 4 or 16 x 8 dwords). The

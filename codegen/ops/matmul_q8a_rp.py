@@ -3,8 +3,8 @@
     y[n, M] (+)= dequant(w)[M, K] @ dequant(xq)[n, K]^T
     args ("w", "xq", "y", "n"); dims ("M", "K", "acc"); K a multiple of 32, M of 16
 
-The contract of matmul_q8a except for `w`: `panel_layout.repack` of the GGUF rows of a Q8_0, Q4_0
-or Q4_1 tensor, done once when the engine loads the model: per 16 rows and 32-block one record
+The contract of matmul_q8a except for `w`: `panel_layout.repack` of the GGUF rows of a Q8_0, Q4_0,
+Q4_1 or IQ4_NL tensor, done once when the engine loads the model: per 16 rows and 32-block one record
 (the 16 rows' f16 d as one 32-byte vector, Q4_1's d | m << 16 as one 64-byte vector, then the
 quants' dwords, lane r = row r). The row panels then read with plain loads what matmul_q8a's
 `panel` family transposes and gathers from 16 rows per block, which at one token on 256-bit
@@ -48,6 +48,6 @@ OP = Op(
     reference=_reference,
     tolerance=Q8A_OP.tolerance,
     example_dims={"M": 4864, "K": 896, "acc": 0},
-    doc="y[n, M] (+)= W[M, K] @ X[n, K]^T, Q8_0/Q4_0/Q4_1 weights in the row-panel layout x Q8A "
+    doc="y[n, M] (+)= W[M, K] @ X[n, K]^T, Q8_0/Q4_0/Q4_1/IQ4_NL weights in the row-panel layout x Q8A "
         "activations",
 )

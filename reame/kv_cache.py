@@ -2,6 +2,8 @@
 
 Memory per layer: k[block, kv_head, row, head_dim] (v likewise) for `n_blocks` blocks of
 `block_size` positions, so the keys one head attends over inside a block are contiguous rows.
+Type bf16 is the AMX tile layout (codegen/ops/kv_layout.py): bfloat16 bits, values transposed
+within a block, v[block, kv_head, head_dim_v, row], read in place by attn_prefill's amx family.
 A running sequence occupies a *slot*: a row of `tables` (int32 [max_seqs, max_blocks]) listing
 its blocks in order, position t being row t % block_size of block tables[slot, t // block_size].
 The attention and store_kv kernels read K/V through that table (codegen/ops/kv_layout.py).
@@ -16,9 +18,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from .codegen.ops.kv_layout import bf16_bits, from_bf16
+
 DEFAULT_MAX_CTX = 4096     # context per sequence when the user does not ask for another
 DEFAULT_BLOCK_SIZE = 64    # positions per block (docs/server.md: 16 / 32 / 64 measured)
-KV_TYPES = {"f32": np.float32, "f16": np.float16}
+KV_TYPES = {"f32": np.float32, "f16": np.float16, "bf16": np.uint16}   # bf16: bits
 
 
 def bytes_per_token(n_layer: int, n_head_kv: int, head_dim: int, head_dim_v: int,
@@ -32,7 +36,7 @@ class PagedKVCache:
                  head_dim_v: int | None = None, dtype: str = "f32",
                  block_size: int = DEFAULT_BLOCK_SIZE, n_blocks: int | None = None):
         if dtype not in KV_TYPES:
-            raise ValueError(f"KV cache type must be f32 or f16, not {dtype!r}")
+            raise ValueError(f"KV cache type must be f32, f16 or bf16, not {dtype!r}")
         if block_size < 1 or block_size & (block_size - 1):
             raise ValueError(f"the KV block size must be a power of two, not {block_size}")
         self.dtype = KV_TYPES[dtype]
@@ -50,7 +54,8 @@ class PagedKVCache:
         # np.zeros maps zero pages lazily: memory is touched only as blocks are written
         self.k = [np.zeros((self.n_blocks, n_head_kv, block_size, head_dim), self.dtype)
                   for _ in range(n_layer)]
-        self.v = [np.zeros((self.n_blocks, n_head_kv, block_size, hv), self.dtype)
+        vshape = (hv, block_size) if dtype == "bf16" else (block_size, hv)
+        self.v = [np.zeros((self.n_blocks, n_head_kv) + vshape, self.dtype)
                   for _ in range(n_layer)]
         self.tables = np.zeros((max_seqs, self.max_blocks), np.int32)   # every entry a valid block
         self.whole_context = self.n_blocks >= whole
@@ -102,6 +107,10 @@ class PagedKVCache:
     def store(self, layer: int, seq: np.ndarray, pos: np.ndarray, k: np.ndarray, v: np.ndarray):
         """k [n, n_head_kv, head_dim] and v for n tokens at (seq[i], pos[i])."""
         blk, row = self.tables[seq, pos // self.block_size], pos % self.block_size
+        if self.kv_type == "bf16":
+            self.k[layer][blk, :, row] = bf16_bits(k)
+            self.v[layer][blk, :, :, row] = bf16_bits(v)
+            return
         self.k[layer][blk, :, row] = k
         self.v[layer][blk, :, row] = v
 
@@ -109,8 +118,11 @@ class PagedKVCache:
         """float32 keys and values [n_head_kv, length, d] of positions 0..length-1 of one sequence."""
         blocks = self.tables[seq, :-(-length // self.block_size)]
         out = []
-        for cache in (self.k[layer], self.v[layer]):
+        for cache, col in ((self.k[layer], False), (self.v[layer], self.kv_type == "bf16")):
             x = cache[blocks]                                 # [nb, Hkv, BS, d]
+            if col:                                           # [nb, Hkv, d, BS]
+                x = x.swapaxes(2, 3)
             x = x.transpose(1, 0, 2, 3).reshape(x.shape[1], -1, x.shape[3])[:, :length]
-            out.append(x.astype(np.float32, copy=False))
+            out.append(from_bf16(x) if self.kv_type == "bf16" else
+                       x.astype(np.float32, copy=False))
         return out[0], out[1]

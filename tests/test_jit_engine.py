@@ -333,6 +333,66 @@ def test_bf16_attention_long_prompt_accuracy():
     assert 1e-3 < diff <= BF16_MAX_LOGIT_DIFF, diff      # bf16 really ran, and stayed close
 
 
+def test_bf16_kv_cache_is_bf16_attention_read_in_place():
+    """--kv-type bf16 (the AMX tile layout, read in place by every row): SmolLM2-135M, 1024
+    positions of real text cached, then 320 prompt tokens teacher-forced: their logits are
+    bit for bit those of bf16 prompt attention over an f32 cache (which rounds K and V to bf16
+    per call the way store_kv does); then 24 tokens decoded one by one: greedy agreement with
+    the f32 engine wherever its top-2 gap exceeds BF16_GAP_MARGIN, logits within
+    BF16_MAX_LOGIT_DIFF. Catches values stored as rows, a decode program still on attn_decode,
+    and a cache that rounds otherwise than the kernel (tile strides that 64-position blocks
+    cannot tell apart are the kernel tests' job: tests/test_kernels_attention.py)."""
+    why = _amx_missing()
+    if why:
+        pytest.skip(why)
+    from conftest import shared_path
+    from pathlib import Path
+    from reame.tokenizer import Tokenizer
+    model = load_model(shared_path("models/SmolLM2-135M-Instruct.Q4_1.gguf"))
+    tok = Tokenizer.from_metadata(model.metadata)
+    text = (Path(__file__).resolve().parent / "data" / "bf16_attention_prompt.txt").read_text()
+    ids = tok.encode(text, add_special=True)[:1368]
+    prompt, dec = {}, {}
+    for kv, at in (("f32", "f32"), ("f32", "bf16"), ("bf16", "auto")):
+        eng = JITEngine(model, n_ctx=2048, max_seqs=1, threads=2, max_logits=320,
+                        attn_type=at, kv_dtype=kv)
+        try:
+            if kv == "bf16":
+                assert eng.kv.v[0].shape[2:] == (model.config.head_dim_v, eng.kv.block_size)
+                assert {s.kernel.spec.op for s in eng.table.slots
+                        if s.name.split("@")[0].endswith(".attn")} == {"attn_prefill"}
+            for s in range(0, 1024, 512):
+                eng.forward(Batch.prefill(ids[s:s + 512], s, 0))
+            prompt[kv, at] = eng.forward(Batch.prefill(ids[1024:1344], 1024, 0,
+                                                       all_logits=True))
+            dec[kv, at] = np.stack([eng.forward(Batch.decode([t], [p], [0]))[0]
+                                    for p, t in enumerate(ids[1344:1368], 1344)])
+        finally:
+            eng.close()
+    assert np.array_equal(prompt["bf16", "auto"], prompt["f32", "bf16"])
+    a, b = dec["f32", "f32"], dec["bf16", "auto"]
+    top2 = np.sort(a, axis=1)[:, -2:]
+    clear = top2[:, 1] - top2[:, 0] > BF16_GAP_MARGIN
+    assert clear.sum() >= 12
+    assert (a.argmax(1) == b.argmax(1))[clear].all()
+    assert 1e-3 < np.abs(a - b).max() <= BF16_MAX_LOGIT_DIFF
+
+
+def test_bf16_kv_cache_refusals(synth_dir):
+    """A bf16 cache needs the amx attention: refused in one line at a level without AMX, with
+    --attn-type f32, and for head dims the tiles do not serve."""
+    from conftest import isa_at
+    model = load_model(synth_model(synth_dir, "tiny-qwen2", "Q8_0"))
+    with pytest.raises(ValueError, match="AMX-BF16"):
+        JITEngine(model, n_ctx=128, max_seqs=1, threads=1, kv_dtype="bf16",
+                  isa=isa_at("avx512"))
+    if _amx_missing():
+        return
+    with pytest.raises(ValueError, match="head dims|attn-type f32"):
+        JITEngine(model, n_ctx=128, max_seqs=1, threads=1, kv_dtype="bf16",
+                  **({"attn_type": "f32"} if model.config.head_dim % 32 == 0 else {}))
+
+
 @pytest.fixture(scope="module")
 def q8_model(synth_dir):
     return load_model(synth_model(synth_dir, "tiny-qwen2", "Q8_0"))

@@ -406,7 +406,7 @@ def _amx_params():
     isa = detect()
     out = []
     for H, Hkv, D, Dv, kv0 in SHAPES:
-        for kv in ("f32", "f16"):
+        for kv in ("f32", "f16", "bf16"):       # bf16 (tile layout): shapes with D % 32 == 0
             for C, BS in LAYOUTS:
                 dims = dict(H=H, Hkv=Hkv, D=D, Dv=Dv, C=C, BS=BS, kv=kv, scale=1 / math.sqrt(D))
                 for spec in op.specs("BF16", isa, **dims):
@@ -419,9 +419,9 @@ def _run_bf16(kernel, case, nth, what):
     """The amx kernel against bf16_reference (its own roundings: BF16_TIGHT plus the slack of
     the P at bf16 rounding ties) and against the float64 reference (BF16_VS_F64)."""
     from reame.codegen.ops import attn_prefill as ap
-    from reame.codegen.ops.kv_layout import contiguous
+    from reame.codegen.ops.kv_layout import as_float
     spec, b = kernel.spec, case.buffers
-    kc, vc = (contiguous(b[x], b["bt"], spec.p["BS"]) for x in ("kc", "vc"))
+    kc, vc = as_float(b["kc"], b["vc"], b["bt"], spec.p["BS"], spec.p["kv"])
     want, slack = ap.bf16_reference(b["q"], kc, vc, b["pos"], b["seq"], spec.p["scale"],
                                     spec.p["bk"], slack=True)
     f64 = case_reference(spec, case)["out"]
@@ -456,7 +456,7 @@ def test_attn_prefill_amx(spec):
 
 
 @pytest.mark.parametrize("BS", (0, 64))
-@pytest.mark.parametrize("kv", ("f16", "f32"))
+@pytest.mark.parametrize("kv", ("f16", "f32", "bf16"))
 def test_attn_prefill_amx_long_context(kv, BS):
     """Many key tiles (the running max grows, then mostly not: the skipped rescale), the last
     partial; 100 tokens after 900 cached and one lone token (its own 1-block tile)."""
@@ -465,9 +465,11 @@ def test_attn_prefill_amx_long_context(kv, BS):
         pytest.skip(why)
     op = get_op("attn_prefill")
     isa = detect()
-    C = 1024 if BS else 1000
+    C = 1024 if BS or kv == "bf16" else 1000     # (a bf16 cache: whole key tiles)
     pos, seq = list(range(900, 1000)) + [4], [0] * 100 + [1]
-    for spec in op.specs("BF16", isa, H=14, Hkv=2, D=64, Dv=64, C=C, BS=BS, kv=kv, scale=0.125):
+    specs = op.specs("BF16", isa, H=14, Hkv=2, D=64, Dv=64, C=C, BS=BS, kv=kv, scale=0.125)
+    assert specs
+    for spec in specs:
         k = build(spec, isa)
         rng = np.random.default_rng(12)
         case = make_attention_case(op, spec, rng, len(pos), positions=pos, seq_ids=seq)

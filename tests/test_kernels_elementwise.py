@@ -96,7 +96,7 @@ def test_rope(spec, isa):
 @pytest.mark.parametrize("spec,isa", _params("store_kv", [
     {"Hkv": Hkv, "D": D, "Dv": Dv, "C": C, "BS": BS, "kv": kv}
     for Hkv, D, Dv, C, BS in ((2, 64, 64, 16, 0), (3, 20, 12, 7, 0), (2, 64, 64, 64, 16),
-                              (3, 20, 12, 96, 32)) for kv in ("f32", "f16")]))
+                              (3, 20, 12, 96, 32)) for kv in ("f32", "f16", "bf16")]))
 def test_store_kv(spec, isa):
     _check_all("store_kv", spec, isa)
 
@@ -206,6 +206,36 @@ def test_store_kv_f16_bit_exact(level):
     np.testing.assert_array_equal(got.view(np.uint16)[~nan], want.view(np.uint16)[~nan])
     assert np.all(np.isnan(got[nan]))
     assert np.all(kc[0, 0, [0, 1, 3]] == 0)
+
+
+@pytest.mark.parametrize("BS", (0, 4))
+@pytest.mark.parametrize("level", LEVELS)
+def test_store_kv_bf16_bit_exact(level, BS):
+    """bf16 (the AMX tile layout): round to nearest even at ties (both ways), overflow of the
+    largest finite values to inf, denormals, NaN a quiet NaN; keys in a row, values in a
+    column of the block's transposed values, nothing else written. Catches truncation instead
+    of rounding, values stored as rows, a column stride of D instead of BS."""
+    from reame.codegen.ops.kv_layout import bf16_bits
+    op = get_op("store_kv")
+    spec, isa = _best("store_kv", level, Hkv=1, D=32, Dv=8, C=4, BS=BS, kv="bf16")
+    k = build(spec, isa)
+    bits = np.array([0x3F808000, 0x3F818000, 0x3F80C000, 0x3F807FFF, 0x7F7FFFFF, 0x7F7F7FFF,
+                     0xFF800000, 0x00000001, 0x00018000, 0x80000000, 0x7FC00001, 0xFF800001,
+                     0x3EAAAAAB, 0xBF2AAAAB, 0x40490FDB, 0x45001000], np.uint32)
+    vals = np.concatenate([bits.view(np.float32), np.linspace(-3, 3, 16, dtype=np.float32)])
+    kk = vals.reshape(1, 1, 32)
+    v = vals[:8].reshape(1, 1, 8).copy()
+    kc = np.zeros((1, 1, 4, 32), np.uint16)
+    vc = np.zeros((1, 1, 8, 4), np.uint16)
+    args = op.pack({"k": kk, "v": v, "kc": kc, "vc": vc, "pos": np.array([2], np.int32),
+                    "seq": np.array([0], np.int32), "bt": np.zeros(1, np.int32)}, n=1)
+    k(args)
+    want = bf16_bits(vals)
+    np.testing.assert_array_equal(want[:6], [0x3F80, 0x3F82, 0x3F81, 0x3F80, 0x7F80, 0x7F7F])
+    assert want[10] & 0x7FC0 == 0x7FC0 and want[11] & 0xFFC0 == 0xFFC0      # quiet NaNs
+    np.testing.assert_array_equal(kc[0, 0, 2], want)
+    np.testing.assert_array_equal(vc[0, 0, :, 2], want[:8])
+    assert not kc[0, 0, [0, 1, 3]].any() and not vc[0, 0, :, [0, 1, 3]].any()
 
 
 # ---- templates/_math.ll.j2 on its own ----

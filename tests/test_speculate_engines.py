@@ -340,7 +340,8 @@ def test_invariant_attention_keeps_a_tokens_logits_in_a_prompt_sized_step(attn_t
         eng.close()
 
 
-def test_a_tokens_attention_is_one_arithmetic_whatever_shares_its_step():
+@pytest.mark.parametrize("kv", ["f32", "bf16"])
+def test_a_tokens_attention_is_one_arithmetic_whatever_shares_its_step(kv):
     """The default attention (attn_type auto: bf16 prompt attention on an AMX-BF16 CPU) runs,
     in every program, a step's decode rows (Batch.n_decode, first) on attn_decode and its
     prompt rows on attn_prefill, each kernel computing a row on its own: a prompt computed in
@@ -351,11 +352,18 @@ def test_a_tokens_attention_is_one_arithmetic_whatever_shares_its_step():
     speculation at any concurrency. Catches decode programs that run prompt rows on the decode
     kernel (the chunked prompt's logits differ by ~0.5), a prompt program that runs decode
     rows on the prompt kernel (the mixed step's row differs), and a lone prompt row left in
-    the one-token program, which has no prompt-row attention."""
+    the one-token program, which has no prompt-row attention. With a bf16 cache (the AMX tile
+    layout) every row runs the amx family: the same lines hold (catches programs choosing
+    their own key tile, bk 32 in some and 64 in others)."""
     from reame.batch import Batch
-    model, eng = smollm2_jit(max_seqs=4)
+    if kv == "bf16":
+        from reame.codegen.isa import detect
+        from reame.jit.select import bf16_attention
+        if not bf16_attention(detect()):
+            pytest.skip("a bf16 KV cache needs AMX-BF16")
+    model, eng = smollm2_jit(max_seqs=4, kv_type=kv)
     try:
-        assert eng.split_attention
+        assert eng.split_attention == (kv == "f32")
         prompt = [int(t) for t in np.random.default_rng(3).integers(100, 20000, 60)]
         n = len(prompt)
         whole = eng.forward(Batch.prefill(prompt, 0, 0))[-1]

@@ -53,7 +53,7 @@ import numpy as np
 
 from .attn_decode import case_reference, key_block_fits, make_attention_case, tolerance
 from .base import HEAVY_SLICES, Op, Variant
-from .kv_layout import contiguous
+from .kv_layout import as_float, bf16_round
 from .matmul_q8k import AmxVariant
 
 
@@ -72,14 +72,6 @@ def _case(spec, rng, n):
         pos.append(int(rng.integers(0, C)))
         seq.append(int(rng.integers(1, 3)))
     return make_attention_case(OP, spec, rng, n, positions=pos, seq_ids=seq)
-
-
-def bf16_round(x) -> np.ndarray:
-    """float32 values rounded to the nearest bfloat16 (ties to even), as float32: what
-    vcvtneps2bf16 (LLVM's fptrunc to bfloat) does to finite values."""
-    b = np.ascontiguousarray(x, np.float32).view(np.uint32).astype(np.uint64)
-    r = ((b + 0x7FFF + ((b >> 16) & 1)) >> 16) << 16
-    return r.astype(np.uint32).view(np.float32)
 
 
 def bf16_reference(q, kc, vc, pos, seq, scale, bk, slack=False):
@@ -132,7 +124,7 @@ def _reference(spec, case):
     if spec.dtype != "BF16":
         return case_reference(spec, case)
     b = case.buffers
-    kc, vc = (contiguous(b[x], b["bt"], spec.p["BS"]) for x in ("kc", "vc"))
+    kc, vc = as_float(b["kc"], b["vc"], b["bt"], spec.p["BS"], spec.p["kv"])
     return {"out": bf16_reference(b["q"], kc, vc, b["pos"], b["seq"], spec.p["scale"],
                                   spec.p["bk"])}
 
@@ -156,9 +148,17 @@ def _tolerance(dtype):
 
 def _fits(tile, dims):
     """Paged caches need key tiles that divide the KV block; the amx tiles (key "mb") also need
-    no window or cap, an even D and G = H / Hkv <= 16 mb query rows."""
-    if "mb" in tile and (dims.get("swa") or dims.get("softcap") or dims.get("D", 0) % 2
-                         or dims.get("H", 1) // dims.get("Hkv", 1) > 16 * tile["mb"]):
+    no window or cap, an even D and G = H / Hkv <= 16 mb query rows; a bf16 cache (the AMX tile
+    layout, read in place) only the amx tiles, with D a multiple of 32, Dv of 16 and the context
+    of bk (a key tile is loaded whole)."""
+    bf16_kv = dims.get("kv") == "bf16"
+    if "mb" not in tile:
+        return not bf16_kv and key_block_fits(tile, dims)
+    if (dims.get("swa") or dims.get("softcap") or dims.get("D", 0) % 2
+            or dims.get("H", 1) // dims.get("Hkv", 1) > 16 * tile["mb"]):
+        return False
+    if bf16_kv and (dims.get("D", 0) % 32 or dims.get("Dv", dims.get("D", 0)) % 16
+                    or dims.get("C", 0) % tile["bk"]):      # whole key tiles inside the cache
         return False
     return key_block_fits(tile, dims)
 

@@ -5,13 +5,37 @@ references (not an op: the registry skips modules without OP).
 - paged (BS = 16, 32, 64, ...): a pool kc [blocks, Hkv, BS, D] and a block table
   bt int32 [slots, C / BS]: position t of slot s is row t % BS of block bt[s, t / BS]
   (reame/kv_cache.py's PagedKVCache).
+
+Element types (dim kv): f32, f16, and bf16, the AMX tile layout: bfloat16 bits (numpy uint16)
+with the values transposed within a block, vc [blocks, Hkv, Dv, BS] (contiguous [slots, Hkv, Dv,
+C]), so that 16 value dims x 32 keys are one AMX tile load (attn_prefill's amx family reads
+both caches in place; docs/kernels-attention.md). Keys keep the row layout.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-KV_DTYPES = {"f32": np.float32, "f16": np.float16}
+KV_DTYPES = {"f32": np.float32, "f16": np.float16, "bf16": np.uint16}
+
+
+def bf16_bits(x) -> np.ndarray:
+    """float32 values as bfloat16 bits (uint16), rounded to nearest even, as vcvtneps2bf16 and
+    store_kv do (a NaN stays a quiet NaN with its sign)."""
+    b = np.ascontiguousarray(x, np.float32).view(np.uint32).astype(np.uint64)
+    r = (b + 0x7FFF + ((b >> 16) & 1)) >> 16
+    nan = (b & 0x7FFFFFFF) > 0x7F800000
+    return np.where(nan, (b >> 16) | 0x40, r).astype(np.uint16)
+
+
+def from_bf16(bits) -> np.ndarray:
+    """bfloat16 bits (uint16) as float32 (exact)."""
+    return (np.asarray(bits, np.uint16).astype(np.uint32) << 16).view(np.float32)
+
+
+def bf16_round(x) -> np.ndarray:
+    """float32 values rounded to the nearest bfloat16 (ties to even), as float32."""
+    return from_bf16(bf16_bits(x))
 
 
 def random_cache(rng, slots: int, Hkv: int, C: int, D: int, Dv: int, BS: int, kv: str,
@@ -19,6 +43,9 @@ def random_cache(rng, slots: int, Hkv: int, C: int, D: int, Dv: int, BS: int, kv
     """(kc, vc, bt) filled with random values. Paged: each slot's blocks scattered over a pool
     with spare blocks; with `share`, slot 1 starts with slot 0's first block (a shared prefix)."""
     dt = KV_DTYPES[kv]
+    if kv == "bf16":
+        kc, vc, bt = random_cache(rng, slots, Hkv, C, D, Dv, BS, "f32", share)
+        return bf16_bits(kc), np.ascontiguousarray(bf16_bits(vc).swapaxes(-1, -2)), bt
     if not BS:
         kc = rng.standard_normal((slots, Hkv, C, D)).astype(dt)
         vc = rng.standard_normal((slots, Hkv, C, Dv)).astype(dt)
@@ -44,6 +71,14 @@ def contiguous(cache: np.ndarray, bt: np.ndarray, BS: int) -> np.ndarray:
     Hkv, d = cache.shape[1], cache.shape[3]
     return blocks.reshape(slots, mb, Hkv, BS, d).transpose(0, 2, 1, 3, 4).reshape(
         slots, Hkv, mb * BS, d)
+
+
+def as_float(kc: np.ndarray, vc: np.ndarray, bt: np.ndarray, BS: int, kv: str):
+    """Both caches as float32 in the contiguous row layout [slots, Hkv, C, d] (bf16 values
+    widened and transposed back): what the references read."""
+    if kv == "bf16":
+        kc, vc = from_bf16(kc), from_bf16(vc).swapaxes(-1, -2)
+    return contiguous(kc, bt, BS).astype(np.float32), contiguous(vc, bt, BS).astype(np.float32)
 
 
 def cells(bt: np.ndarray, BS: int, seq: np.ndarray, pos: np.ndarray):

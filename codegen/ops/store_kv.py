@@ -6,8 +6,11 @@ kc, vc the layer's cache arrays (f32 or f16) in one of the layouts of ops/kv_lay
 reame.kv_cache.PagedKVCache) or contiguous (BS = 0: [slots, Hkv, C, D], bt unused); pos, seq i32
 [n]. Token i's rows go to position pos[i] of slot seq[i]: row pos % BS of block
 bt[seq, pos / BS] (paged) or (seq, :, pos, :). dims ("Hkv", "D", "Dv", "C", "BS", "kv"),
-kv = "f32" | "f16". f16 conversion rounds to nearest even and is bit-exact with numpy's
-astype(float16), including overflow to inf and denormals (NaN becomes a quiet NaN with its sign).
+kv = "f32" | "f16" | "bf16". f16 conversion rounds to nearest even and is bit-exact with numpy's
+astype(float16), including overflow to inf and denormals (NaN becomes a quiet NaN with its sign);
+bf16 (the AMX tile layout of ops/kv_layout.py) writes bfloat16 bits rounded to nearest even
+(kv_layout.bf16_bits) and each value row as a column of its block's transposed values
+vc[block, h, :, pos % BS].
 Threading: the n*Hkv (token, head) rows are split between threads.
 Tolerance: exact.
 """
@@ -17,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from .base import Case, Op, Variant
-from .kv_layout import cells, random_cache
+from .kv_layout import bf16_bits, cells, random_cache
 
 
 def _case(spec, rng, n):
@@ -40,6 +43,10 @@ def _case(spec, rng, n):
 def reference(kc, vc, k, v, pos, seq, bt=None, BS=0):
     kc, vc = kc.copy(), vc.copy()
     where, row = cells(bt, BS, seq, pos)
+    if kc.dtype == np.uint16:                   # bf16 bits; values transposed in a block
+        kc[where, :, row] = bf16_bits(k)
+        vc[where, :, :, row] = bf16_bits(v)
+        return kc, vc
     with np.errstate(over="ignore"):
         kc[where, :, row] = k.astype(kc.dtype)
         vc[where, :, row] = v.astype(vc.dtype)
@@ -68,5 +75,6 @@ OP = Op(
     reference=_reference,
     tolerance=lambda dtype: (0.0, 1e-30),       # exact (atol > 0 only to avoid 0/0)
     example_dims={"Hkv": 2, "D": 64, "Dv": 64, "C": 4096, "BS": 32, "kv": "f16"},
-    doc="write n tokens' k/v rows into the KV cache at (seq, pos): paged or contiguous, f32/f16",
+    doc="write n tokens' k/v rows into the KV cache at (seq, pos): paged or contiguous, "
+        "f32/f16/bf16",
 )

@@ -31,7 +31,7 @@ from .. import graph as graph_
 from ..tensor_types import PROMPT_STEP
 from .plan import plan_step
 from .program import ProgramBuilder, StepProgram
-from .select import Q8K_MIN_TOKENS, attn_precision   # noqa: F401 (Q8K_MIN_TOKENS: re-exported)
+from .select import Q8K_MIN_TOKENS, attn_precision, bf16_cache_refusal  # noqa: F401 (Q8K_MIN_TOKENS: re-exported)
 
 log = logging.getLogger("reame.jit")
 
@@ -78,6 +78,13 @@ class JITEngine:
         self.attn_type = attn_precision(attn_type, self.isa, int_dot)
         # decode rows on attn_decode and prompt rows on attn_prefill in every program
         self.split_attention = _has_op("attn_prefill") and self.attn_type != "invariant"
+        if kv_dtype == "bf16":      # every row on the amx tiles, reading the cache in place
+            why = bf16_cache_refusal(self.isa, c, block_size)
+            if why is None and attn_type == "f32":
+                why = "--kv-type bf16 attends in bf16 on AMX tiles; --attn-type f32 asks for f32"
+            if why:
+                raise ValueError(why)
+            self.attn_type, self.split_attention = "bf16", False
         self.max_tokens = max(max_batch_tokens, max_seqs)
         self.max_logits = max_logits or max(max_seqs, 16)   # logits rows one step can return
         # a pool of kv_blocks blocks (default: a whole context per slot) and the block tables

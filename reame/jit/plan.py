@@ -179,7 +179,8 @@ class _Lowering:
     def attention(self, node: Node) -> None:
         """attn_decode over the decode rows and, in programs of more than one token with split
         attention, attn_prefill over the prompt rows after them (the one-token program has no
-        prompt-row attention: a one-token prompt step runs the next program)."""
+        prompt-row attention: a one-token prompt step runs the next program); with a bf16
+        cache, attn_prefill's amx family over every row."""
         c, e, kv = self.c, self.e, self.e.kv
         dims = dict(H=c.n_head, Hkv=c.n_head_kv, D=c.head_dim, Dv=c.head_dim_v, C=kv.table_ctx,
                     BS=kv.block_size, kv=e.kv_dtype, scale=float(c.kq_scale))
@@ -187,8 +188,15 @@ class _Lowering:
             dims["softcap"] = float(c.attn_softcap)
         if node.attr("window"):                      # sliding-window layer (Gemma)
             dims["swa"] = node.attr("window")
-        split = e.split_attention and self.bucket > 1
         q, out, pos, seq = (self.buf(b) for b in ("q", "att", "pos", "seq"))
+        if e.kv_dtype == "bf16":
+            # the AMX tile layout: every row, decode and prompt, on the amx family that reads
+            # it in place, one tile choice in every program (a row's bits: its key tiles)
+            self.emit(node.site, attn_prefill_spec("bf16", self.isa, PROMPT_STEP, **dims),
+                      node.ins, (node.out,), q=q, out=out, pos=pos, seq=seq, n=N,
+                      **self.kv_args(node.layer))
+            return
+        split = e.split_attention and self.bucket > 1
         self.emit(node.site, self.spec("attn_decode", **dims), node.ins, (node.out,),
                   False if split else None, q=q, out=out, pos=pos, seq=seq,
                   n=D if split else N, **self.kv_args(node.layer))

@@ -154,6 +154,29 @@ def bf16_attention(isa: ISA, **dims) -> bool:
                for v in op.variants)
 
 
+def bf16_cache_refusal(isa: ISA, config, block_size: int) -> str | None:
+    """Why this CPU and model cannot keep a bf16 KV cache (the AMX tile layout, `--kv-type
+    bf16`), or None: every row of every step attends on attn_prefill's amx family, which reads
+    that cache in place, so it needs the family usable here and a tile serving the model's dims
+    (no sliding window or soft-capping, head dims multiples of 32 (keys) and 16 (values), key
+    tiles that divide the block size)."""
+    if not bf16_attention(isa):
+        return (f"--kv-type bf16 is the AMX tile layout: it needs AMX-BF16 tiles (ISA level amx "
+                f"and the OS's permission to use them); this CPU runs at level {isa.level}: use "
+                f"--kv-type f16 for a 16-bit cache")
+    c = config
+    dims = dict(H=c.n_head, Hkv=c.n_head_kv, D=c.head_dim, Dv=c.head_dim_v, C=block_size,
+                BS=block_size, kv="bf16", scale=float(c.kq_scale))
+    if c.attn_softcap or c.swa:
+        return ("--kv-type bf16: the amx attention has no sliding window or soft-capping, which "
+                "this model uses: use --kv-type f16")
+    if not bf16_attention(isa, **dims):
+        return (f"--kv-type bf16: no amx attention tile serves head dims {c.head_dim}/"
+                f"{c.head_dim_v} (multiples of 32 and 16 needed), {c.n_head}/{c.n_head_kv} heads "
+                f"and KV blocks of {block_size}: use --kv-type f16")
+    return None
+
+
 def attn_precision(attn_type: str, isa: ISA, int_dot: bool) -> str:
     """The engine's attention precision, "f32" or "bf16", from the option attn_type: "auto" is
     bf16 where this level has the AMX-BF16 family and activations are q8 (int_dot; f32

@@ -184,8 +184,8 @@ class ServerConfig:
             raise ReameError("block_size must be 16, 32, 64, 128 or 256")
         if self.request_timeout < 0:
             raise ReameError("request_timeout must be >= 0")
-        if self.kv_type not in ("f32", "f16"):
-            raise ReameError("kv_type must be f32 or f16")
+        if self.kv_type not in ("f32", "f16", "bf16"):
+            raise ReameError("kv_type must be f32, f16 or bf16")
         if self.act_type not in (None, "q8", "f32"):
             raise ReameError("act_type must be q8 or f32")
         from ..engines import ATTN_TYPES

@@ -1,7 +1,8 @@
 """What a verify step costs by its rows: one sequence at a context, steps of R consecutive rows.
 
     python -m bench.verify_step [--gguf PATH] [--ctx 800] [--rows 1,2,3,4,5,8,9,12,16]
-                                [--threads 2] [--rounds 3] [--as-prompt] [--json PATH]
+                                [--threads 2] [--rounds 3] [--as-prompt] [--kv-type f32]
+                                [--json PATH]
 
 A speculating sequence's step computes its last token and R - 1 drafted ones (docs/
 speculation.md); the controller reads the live step-cost curve, this bench shows where that
@@ -15,6 +16,8 @@ positions (their K/V), as a rejected draft's would be.
 The rows are decode rows (Batch.n_decode = R: attn_decode, f32, as the server runs a verify
 step) and, with --as-prompt, also prompt rows (n_decode = 0: attn_prefill, the amx bf16 family
 under attn_type auto on AMX): what the step would cost if every row ran the prompt kernel.
+--kv-type bf16 (the AMX tile layout) runs every row on the amx family, reading the cache in
+place; a comma list (f32,bf16) measures each in turn, side by side in one run.
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ def op_group(label: str) -> str:
 
 
 def measure(gguf: str, ctx: int, rows: list[int], threads: int, rounds: int,
-            as_prompt: bool = False) -> dict:
+            as_prompt: bool = False, kv_type: str = "f32") -> dict:
     import numpy as np
 
     from reame.batch import Batch
@@ -50,7 +53,8 @@ def measure(gguf: str, ctx: int, rows: list[int], threads: int, rounds: int,
 
     model = load_model(gguf)
     R = max(rows)
-    eng = JITEngine(model, n_ctx=max(1024, ctx + R + 64), max_seqs=1, threads=threads)
+    eng = JITEngine(model, n_ctx=max(1024, ctx + R + 64), max_seqs=1, threads=threads,
+                    kv_dtype=kv_type)
     try:
         rng = np.random.default_rng(0)
         toks = [int(t) for t in rng.integers(100, model.config.n_vocab - 1, ctx + R)]
@@ -96,7 +100,7 @@ def measure(gguf: str, ctx: int, rows: list[int], threads: int, rounds: int,
     return {"rows": [{"as": kind, "rows": r, "ms": best[kind, r] * 1e3,
                       "ratio": best[kind, r] / one, "thread_ms": split.get((kind, r))}
                      for kind in kinds for r in rows],
-            "isa": eng.isa.level, "attn_type": eng.attn_type}
+            "isa": eng.isa.level, "attn_type": eng.attn_type, "kv_type": kv_type}
 
 
 def table(res: dict) -> list[str]:
@@ -120,18 +124,24 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--as-prompt", action="store_true",
                     help="also the same rows as prompt rows (the prompt attention kernel)")
+    ap.add_argument("--kv-type", default="f32",
+                    help="KV cache type(s), a comma list measured in turn (f32, f16, bf16)")
     ap.add_argument("--json", help="write the results here")
     a = ap.parse_args(argv)
     rows = sorted({int(x) for x in a.rows.split(",")})
     if not rows or rows[0] < 1:
         ap.error("--rows: positive row counts")
-    res = measure(a.gguf, a.ctx, rows, a.threads, a.rounds, a.as_prompt)
-    res.update(date=time.strftime("%Y-%m-%d %H:%M"), gguf=a.gguf, ctx=a.ctx, threads=a.threads)
-    print(f"# {Path(a.gguf).name}, ctx {a.ctx}, {a.threads} threads, {res['isa']}, "
-          f"attention {res['attn_type']}")
-    print("\n".join(table(res)))
+    out = []
+    for kv in a.kv_type.split(","):
+        res = measure(a.gguf, a.ctx, rows, a.threads, a.rounds, a.as_prompt, kv)
+        res.update(date=time.strftime("%Y-%m-%d %H:%M"), gguf=a.gguf, ctx=a.ctx,
+                   threads=a.threads)
+        print(f"# {Path(a.gguf).name}, ctx {a.ctx}, {a.threads} threads, {res['isa']}, "
+              f"KV cache {kv}, attention {res['attn_type']}")
+        print("\n".join(table(res)))
+        out.append(res)
     if a.json:
-        Path(a.json).write_text(json.dumps(res, indent=1))
+        Path(a.json).write_text(json.dumps(out[0] if len(out) == 1 else out, indent=1))
     return 0
 
 

@@ -162,9 +162,10 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
                    help="compute threads (default: the physical cores this process may use)")
     p.add_argument("--ctx-size", type=int, default=None,
                    help="context per sequence (default: min(model's context, 4096))")
-    p.add_argument("--kv-type", choices=("f32", "f16", "bf16"), default="f32",
+    p.add_argument("--kv-type", choices=("auto", "f32", "f16", "bf16"), default="auto",
                    help="KV cache type (bf16: the AMX tile layout, every row's attention on "
-                        "AMX-BF16 tiles; needs AMX, docs/kernels-attention.md)")
+                        "AMX-BF16 tiles, needs AMX, docs/kernels-attention.md; auto, the "
+                        "default: bf16 where the jit engine can keep it, else f32)")
     p.add_argument("--act-type", choices=ACT_TYPES, default=None,
                    help="activations of quantised-weight products: q8 = 8-bit integer dot "
                         "products as llama.cpp (fastest), f32 = float activations, matching the "

@@ -26,6 +26,30 @@ DEFAULT_ACT_TYPE = {"jit": "q8", "reference": "f32"}
 # (attn_precision, attn_prefill_spec).
 ATTN_TYPES = ("auto", "f32", "bf16", "invariant")
 DEFAULT_ATTN_TYPE = "auto"
+# KV cache type (`--kv-type`): f32, f16, bf16 (the AMX tile layout: every row's attention on
+# attn_prefill's amx family reading it in place, reame/jit/select.py bf16_cache_refusal), or
+# "auto", the command line's and server's default: bf16 where the JIT engine can keep it (AMX-BF16,
+# a model the amx tiles serve) and activations are q8 with bf16-capable attention (not
+# --act-type f32 or --attn-type f32 / invariant, which ask for f32 numerics), else f32.
+KV_TYPES = ("auto", "f32", "f16", "bf16")
+DEFAULT_KV_TYPE = "auto"
+
+
+def kv_type_for(model_config, kv_type: str = DEFAULT_KV_TYPE, engine: str = DEFAULT_ENGINE,
+                act_type: str | None = None, attn_type: str | None = None,
+                block_size: int = DEFAULT_BLOCK_SIZE, isa=None) -> str:
+    """The KV cache type an engine gets: `kv_type` itself, "auto" resolved (KV_TYPES) for
+    `isa` (default: this machine's, codegen.isa.detect)."""
+    if kv_type not in KV_TYPES:
+        raise ReameError(f"unknown KV cache type {kv_type!r} (choose from: {', '.join(KV_TYPES)})")
+    if kv_type != "auto":
+        return kv_type
+    if engine != "jit" or (act_type or DEFAULT_ACT_TYPE[engine]) != "q8" \
+            or (attn_type or DEFAULT_ATTN_TYPE) not in ("auto", "bf16"):
+        return "f32"
+    from .codegen.isa import detect
+    from .jit.select import bf16_cache_refusal
+    return "f32" if bf16_cache_refusal(isa or detect(), model_config, block_size) else "bf16"
 
 
 def context_size(model, n_ctx: int | None = None) -> int:
@@ -39,7 +63,7 @@ def create_engine(model, name: str = DEFAULT_ENGINE, *, n_ctx: int | None = None
                   kv_blocks: int | None = None, cpus: list[int] | None = None,
                   attn_type: str | None = None, shared_pools: bool = False):
     """An engine over a loaded model (`cpus`: the JIT's compute thread i pinned to cpus[i]). n_ctx (context per sequence) defaults to min(trained
-    context, 4096); act_type (one of ACT_TYPES) to the engine's DEFAULT_ACT_TYPE; attn_type (one
+    context, 4096); kv_type one of KV_TYPES ("auto" resolved by kv_type_for); act_type (one of ACT_TYPES) to the engine's DEFAULT_ACT_TYPE; attn_type (one
     of ATTN_TYPES; bf16 the JIT's only) to DEFAULT_ATTN_TYPE; the KV pool to kv_blocks blocks of
     block_size positions (default: n_ctx for each of max_seqs slots); shared_pools: the JIT runs on
     the process's compute threads (several models in one server, reame.turns)."""
@@ -55,8 +79,12 @@ def create_engine(model, name: str = DEFAULT_ENGINE, *, n_ctx: int | None = None
     if attn_type == "bf16" and name != "jit":
         raise ReameError(f"--attn-type {attn_type} needs the jit engine (the {name} engine's "
                          "attention is f32)")
+    if kv_type == "bf16" and name != "jit":
+        raise ReameError(f"--kv-type bf16 needs the jit engine (the {name} engine's attention "
+                         "is f32): use f16")
     n_ctx = context_size(model, n_ctx)
     c = model.config
+    kv_type = kv_type_for(c, kv_type, name, act_type, attn_type, block_size)
     per_block = block_size * bytes_per_token(c.n_layer, c.n_head_kv, c.head_dim, c.head_dim_v,
                                              kv_type)
     check_fits(model, (kv_blocks or max_seqs * -(-n_ctx // block_size)) * per_block)

@@ -378,6 +378,35 @@ def test_bf16_kv_cache_is_bf16_attention_read_in_place():
     assert 1e-3 < np.abs(a - b).max() <= BF16_MAX_LOGIT_DIFF
 
 
+def test_kv_type_auto(synth_dir, stories_model):
+    """--kv-type auto (the command line's and server's default): bf16 where the JIT can keep it
+    (AMX-BF16 and head dims the tiles serve) with the default numerics; f32 with --act-type f32,
+    --attn-type f32 or invariant, on the reference engine, for a model whose heads are 8 wide
+    (stories260K) and at a level without AMX. Catches an auto that is always f32 (the faster
+    cache never used) and one that asks for bf16 where the engine must refuse it."""
+    from reame.engines import create_engine, kv_type_for
+    from reame.errors import ReameError
+    model = load_model(synth_model(synth_dir, "tiny-qwen2", "Q8_0"))
+    c = model.config
+    amx = _amx_missing() is None
+    assert kv_type_for(c) == ("bf16" if amx else "f32")
+    assert kv_type_for(c, "auto", "jit", "f32") == "f32"
+    assert kv_type_for(c, "auto", "jit", None, "f32") == "f32"
+    assert kv_type_for(c, "auto", "jit", None, "invariant") == "f32"
+    assert kv_type_for(c, "auto", "reference") == "f32"
+    assert kv_type_for(stories_model.config) == "f32"
+    assert kv_type_for(c, "f16") == "f16"
+    with pytest.raises(ReameError, match="unknown KV cache type"):
+        kv_type_for(c, "q8")
+    eng = create_engine(model, "jit", n_ctx=128, max_seqs=1, threads=1, kv_type="auto")
+    try:
+        assert eng.kv.kv_type == ("bf16" if amx else "f32")
+    finally:
+        eng.close()
+    from conftest import isa_at
+    assert kv_type_for(c, isa=isa_at("avx512")) == "f32"
+
+
 def test_bf16_kv_cache_refusals(synth_dir):
     """A bf16 cache needs the amx attention: refused in one line at a level without AMX, with
     --attn-type f32, and for head dims the tiles do not serve."""

@@ -18,7 +18,7 @@ class ServerConfig:
     engine: str | None = None           # None: reame.engines.DEFAULT_ENGINE
     threads: int | None = None          # compute threads per worker (None: the engine decides)
     ctx_size: int | None = None         # context per sequence (None: min(trained, 4096))
-    kv_type: str = "f32"
+    kv_type: str = "auto"
     act_type: str | None = None         # q8 | f32 (None: the engine's default, see reame.engines)
     attn_type: str = "auto"             # engines.ATTN_TYPES: prompt attention (reame.engines)
     # sequences generating at once per worker (the batch): None starts at DEFAULT_BATCH and lets
@@ -184,8 +184,8 @@ class ServerConfig:
             raise ReameError("block_size must be 16, 32, 64, 128 or 256")
         if self.request_timeout < 0:
             raise ReameError("request_timeout must be >= 0")
-        if self.kv_type not in ("f32", "f16", "bf16"):
-            raise ReameError("kv_type must be f32, f16 or bf16")
+        if self.kv_type not in ("auto", "f32", "f16", "bf16"):
+            raise ReameError("kv_type must be auto, f32, f16 or bf16")
         if self.act_type not in (None, "q8", "f32"):
             raise ReameError("act_type must be q8 or f32")
         from ..engines import ATTN_TYPES

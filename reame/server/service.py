@@ -441,8 +441,15 @@ def kv_plan(config: ServerConfig, model_config) -> tuple[int, int]:
     start, _ = config.batch_limits()
     # the default pool: a whole context for each sequence of the starting batch (a bigger
     # batch the adaptive runtime picks shares it: sequences hold what they use)
-    return kv_budget(c, n_ctx, start, config.kv_type, config.block_size, config.kv_cache_mb,
-                     config.workers)
+    return kv_budget(c, n_ctx, start, kv_type_of(config, c), config.block_size,
+                     config.kv_cache_mb, config.workers)
+
+
+def kv_type_of(config: ServerConfig, model_config) -> str:
+    """The configured KV cache type for this model ("auto" resolved: engines.kv_type_for)."""
+    from ..engines import DEFAULT_ENGINE, kv_type_for
+    return kv_type_for(model_config, config.kv_type, config.engine or DEFAULT_ENGINE,
+                       config.act_type, config.attn_type, config.block_size)
 
 
 SPECULATOR_BYTES_PER_TOKEN = 200   # the speculator's index, per position kept (memory_need)
@@ -467,7 +474,7 @@ def memory_need(config: ServerConfig) -> Footprint:
     weights = sum(t.data.nbytes for t in model.tensors.values())
     blocks, _ = kv_plan(config, c)
     kv = blocks * config.block_size * bytes_per_token(c.n_layer, c.n_head_kv, c.head_dim,
-                                                      c.head_dim_v, config.kv_type)
+                                                      c.head_dim_v, kv_type_of(config, c))
     _, slots = config.batch_limits()
     width = 6 * c.n_embd + 2 * (c.n_head * max(c.head_dim, c.head_dim_v)) \
         + 2 * max(c.n_ff, getattr(c, "n_ff_shexp", 0) or 0)

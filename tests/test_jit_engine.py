@@ -298,22 +298,29 @@ BF16_MAX_LOGIT_DIFF = 2.0
 BF16_GAP_MARGIN = 0.5
 
 
+def _smollm2_real_text(n):
+    """(SmolLM2-135M, the first n tokens of tests/data/bf16_attention_prompt.txt); skips where
+    the amx attention cannot run."""
+    why = _amx_missing()
+    if why:
+        pytest.skip(why)
+    from conftest import shared_path
+    from pathlib import Path
+    from reame.tokenizer import Tokenizer
+    model = load_model(shared_path("models/SmolLM2-135M-Instruct.Q4_1.gguf"))
+    tok = Tokenizer.from_metadata(model.metadata)
+    text = (Path(__file__).resolve().parent / "data" / "bf16_attention_prompt.txt").read_text()
+    ids = tok.encode(text, add_special=True)[:n]
+    assert len(ids) == n
+    return model, ids
+
+
 def test_bf16_attention_long_prompt_accuracy():
     """320 prompt tokens after 1024 cached positions (real text, SmolLM2-135M, teacher-forced):
     bf16 attention (its own cache too: the 1024 positions went through it) against the f32
     engine: the greedy token agrees wherever the f32 top-2 logit gap exceeds BF16_GAP_MARGIN,
     the logits differ by at most BF16_MAX_LOGIT_DIFF."""
-    why = _amx_missing()
-    if why:
-        pytest.skip(why)
-    from conftest import shared_path
-    from reame.tokenizer import Tokenizer
-    model = load_model(shared_path("models/SmolLM2-135M-Instruct.Q4_1.gguf"))
-    tok = Tokenizer.from_metadata(model.metadata)
-    from pathlib import Path
-    text = (Path(__file__).resolve().parent / "data" / "bf16_attention_prompt.txt").read_text()
-    ids = tok.encode(text, add_special=True)[:1344]
-    assert len(ids) == 1344
+    model, ids = _smollm2_real_text(1344)
     logits = {}
     for at in ("f32", "bf16"):
         eng = JITEngine(model, n_ctx=2048, max_seqs=1, threads=2, max_logits=320, attn_type=at)
@@ -342,16 +349,7 @@ def test_bf16_kv_cache_is_bf16_attention_read_in_place():
     BF16_MAX_LOGIT_DIFF. Catches values stored as rows, a decode program still on attn_decode,
     and a cache that rounds otherwise than the kernel (tile strides that 64-position blocks
     cannot tell apart are the kernel tests' job: tests/test_kernels_attention.py)."""
-    why = _amx_missing()
-    if why:
-        pytest.skip(why)
-    from conftest import shared_path
-    from pathlib import Path
-    from reame.tokenizer import Tokenizer
-    model = load_model(shared_path("models/SmolLM2-135M-Instruct.Q4_1.gguf"))
-    tok = Tokenizer.from_metadata(model.metadata)
-    text = (Path(__file__).resolve().parent / "data" / "bf16_attention_prompt.txt").read_text()
-    ids = tok.encode(text, add_special=True)[:1368]
+    model, ids = _smollm2_real_text(1368)
     prompt, dec = {}, {}
     for kv, at in (("f32", "f32"), ("f32", "bf16"), ("bf16", "auto")):
         eng = JITEngine(model, n_ctx=2048, max_seqs=1, threads=2, max_logits=320,

@@ -183,22 +183,26 @@ def test_rope_leaves_unrotated_dims(level):
     np.testing.assert_array_equal(case.buffers["x"][..., 16:], x_in[..., 16:])
 
 
+def _store_one_token(level, kv, BS, vals, dtype, vshape):
+    """store_kv at `level` of one token at position 2 of a 4-position cache (one kv head, keys
+    = vals, values = vals[:8], cache arrays zeroed, v of shape vshape): (kc, vc)."""
+    op = get_op("store_kv")
+    spec, isa = _best("store_kv", level, Hkv=1, D=len(vals), Dv=8, C=4, BS=BS, kv=kv)
+    kc = np.zeros((1, 1, 4, len(vals)), dtype)
+    vc = np.zeros((1, 1) + vshape, dtype)
+    build(spec, isa)(op.pack({"k": vals.reshape(1, 1, -1), "v": vals[:8].reshape(1, 1, 8).copy(),
+                              "kc": kc, "vc": vc, "pos": np.array([2], np.int32),
+                              "seq": np.array([0], np.int32), "bt": np.zeros(1, np.int32)}, n=1))
+    return kc, vc
+
+
 @pytest.mark.parametrize("level", LEVELS)
 def test_store_kv_f16_bit_exact(level):
     """Round to nearest even, ties, overflow to +-inf, denormal halves, NaN stays NaN."""
-    op = get_op("store_kv")
-    spec, isa = _best("store_kv", level, Hkv=1, D=24, Dv=8, C=4, BS=0, kv="f16")
-    k = build(spec, isa)
     vals = np.array([65504, 65519, 65520, 1e9, -70000, np.inf, -np.inf, 6e-8, 2.9e-8, 3e-8,
                      5.96e-8, 6.1e-5, 6.09e-5, -1e-7, 1.00048828125, 1.00146484375, 0.0, -0.0,
                      np.nan, 1 / 3, -2 / 3, 1e-30, 3.14159, 2049.0], np.float32)
-    kk = vals.reshape(1, 1, 24)
-    v = vals[:8].reshape(1, 1, 8).copy()
-    kc = np.zeros((1, 1, 4, 24), np.float16)
-    vc = np.zeros((1, 1, 4, 8), np.float16)
-    args = op.pack({"k": kk, "v": v, "kc": kc, "vc": vc, "pos": np.array([2], np.int32),
-                    "seq": np.array([0], np.int32), "bt": np.zeros(1, np.int32)}, n=1)
-    k(args)
+    kc, _ = _store_one_token(level, "f16", 0, vals, np.float16, (4, 8))
     with np.errstate(over="ignore", invalid="ignore"):
         want = vals.astype(np.float16)
     got = kc[0, 0, 2]
@@ -216,20 +220,11 @@ def test_store_kv_bf16_bit_exact(level, BS):
     column of the block's transposed values, nothing else written. Catches truncation instead
     of rounding, values stored as rows, a column stride of D instead of BS."""
     from reame.codegen.ops.kv_layout import bf16_bits
-    op = get_op("store_kv")
-    spec, isa = _best("store_kv", level, Hkv=1, D=32, Dv=8, C=4, BS=BS, kv="bf16")
-    k = build(spec, isa)
     bits = np.array([0x3F808000, 0x3F818000, 0x3F80C000, 0x3F807FFF, 0x7F7FFFFF, 0x7F7F7FFF,
                      0xFF800000, 0x00000001, 0x00018000, 0x80000000, 0x7FC00001, 0xFF800001,
                      0x3EAAAAAB, 0xBF2AAAAB, 0x40490FDB, 0x45001000], np.uint32)
     vals = np.concatenate([bits.view(np.float32), np.linspace(-3, 3, 16, dtype=np.float32)])
-    kk = vals.reshape(1, 1, 32)
-    v = vals[:8].reshape(1, 1, 8).copy()
-    kc = np.zeros((1, 1, 4, 32), np.uint16)
-    vc = np.zeros((1, 1, 8, 4), np.uint16)
-    args = op.pack({"k": kk, "v": v, "kc": kc, "vc": vc, "pos": np.array([2], np.int32),
-                    "seq": np.array([0], np.int32), "bt": np.zeros(1, np.int32)}, n=1)
-    k(args)
+    kc, vc = _store_one_token(level, "bf16", BS, vals, np.uint16, (8, 4))
     want = bf16_bits(vals)
     np.testing.assert_array_equal(want[:6], [0x3F80, 0x3F82, 0x3F81, 0x3F80, 0x7F80, 0x7F7F])
     assert want[10] & 0x7FC0 == 0x7FC0 and want[11] & 0xFFC0 == 0xFFC0      # quiet NaNs

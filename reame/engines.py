@@ -39,9 +39,20 @@ def kv_type_for(model_config, kv_type: str = DEFAULT_KV_TYPE, engine: str = DEFA
                 act_type: str | None = None, attn_type: str | None = None,
                 block_size: int = DEFAULT_BLOCK_SIZE, isa=None) -> str:
     """The KV cache type an engine gets: `kv_type` itself, "auto" resolved (KV_TYPES) for
-    `isa` (default: this machine's, codegen.isa.detect)."""
+    `isa` (default: this machine's, codegen.isa.detect); bf16 asked for where it cannot be kept
+    is a ReameError naming why (before any worker starts or weight is read)."""
     if kv_type not in KV_TYPES:
         raise ReameError(f"unknown KV cache type {kv_type!r} (choose from: {', '.join(KV_TYPES)})")
+    if kv_type == "bf16":
+        from .codegen.isa import detect
+        from .jit.select import bf16_cache_refusal
+        why = (f"--kv-type bf16 needs the jit engine (the {engine} engine's attention is f32): "
+               "use f16" if engine != "jit" else bf16_cache_refusal(isa or detect(),
+                                                                   model_config, block_size))
+        if why is None and attn_type in ("f32", "invariant"):
+            why = f"--kv-type bf16 attends in bf16 on AMX tiles; --attn-type {attn_type} asks for f32"
+        if why:
+            raise ReameError(why)
     if kv_type != "auto":
         return kv_type
     if engine != "jit" or (act_type or DEFAULT_ACT_TYPE[engine]) != "q8" \
@@ -79,9 +90,6 @@ def create_engine(model, name: str = DEFAULT_ENGINE, *, n_ctx: int | None = None
     if attn_type == "bf16" and name != "jit":
         raise ReameError(f"--attn-type {attn_type} needs the jit engine (the {name} engine's "
                          "attention is f32)")
-    if kv_type == "bf16" and name != "jit":
-        raise ReameError(f"--kv-type bf16 needs the jit engine (the {name} engine's attention "
-                         "is f32): use f16")
     n_ctx = context_size(model, n_ctx)
     c = model.config
     kv_type = kv_type_for(c, kv_type, name, act_type, attn_type, block_size)

@@ -403,6 +403,17 @@ def test_kv_type_auto(synth_dir, stories_model):
         eng.close()
     from conftest import isa_at
     assert kv_type_for(c, isa=isa_at("avx512")) == "f32"
+    # bf16 asked for where it cannot be kept: a ReameError (one line at start), decided here
+    # before any worker or weight, not a ValueError inside the engine's constructor
+    for args, kw, why in (((c, "bf16"), {"isa": isa_at("avx512")}, "AMX-BF16"),
+                          ((c, "bf16", "reference"), {}, "jit engine"),
+                          ((stories_model.config, "bf16"), {}, "kv-type bf16")):
+        with pytest.raises(ReameError, match=why):
+            kv_type_for(*args, **kw)
+    if amx:
+        assert kv_type_for(c, "bf16") == "bf16"
+        with pytest.raises(ReameError, match="attn-type f32"):
+            kv_type_for(c, "bf16", "jit", None, "f32")
 
 
 def test_bf16_kv_cache_refusals(synth_dir):

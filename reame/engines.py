@@ -48,9 +48,8 @@ def kv_type_for(model_config, kv_type: str = DEFAULT_KV_TYPE, engine: str = DEFA
         from .jit.select import bf16_cache_refusal
         why = (f"--kv-type bf16 needs the jit engine (the {engine} engine's attention is f32): "
                "use f16" if engine != "jit" else bf16_cache_refusal(isa or detect(),
-                                                                   model_config, block_size))
-        if why is None and attn_type in ("f32", "invariant"):
-            why = f"--kv-type bf16 attends in bf16 on AMX tiles; --attn-type {attn_type} asks for f32"
+                                                                   model_config, block_size,
+                                                                   attn_type))
         if why:
             raise ReameError(why)
     if kv_type != "auto":

@@ -79,10 +79,7 @@ class JITEngine:
         # decode rows on attn_decode and prompt rows on attn_prefill in every program
         self.split_attention = _has_op("attn_prefill") and self.attn_type != "invariant"
         if kv_dtype == "bf16":      # every row on the amx tiles, reading the cache in place
-            why = bf16_cache_refusal(self.isa, c, block_size)
-            if why is None and attn_type in ("f32", "invariant"):
-                why = (f"--kv-type bf16 attends in bf16 on AMX tiles; --attn-type {attn_type} "
-                       "asks for f32")
+            why = bf16_cache_refusal(self.isa, c, block_size, attn_type)
             if why:
                 raise ValueError(why)
             self.attn_type, self.split_attention = "bf16", False

@@ -154,12 +154,15 @@ def bf16_attention(isa: ISA, **dims) -> bool:
                for v in op.variants)
 
 
-def bf16_cache_refusal(isa: ISA, config, block_size: int) -> str | None:
+def bf16_cache_refusal(isa: ISA, config, block_size: int,
+                       attn_type: str | None = None) -> str | None:
     """Why this CPU and model cannot keep a bf16 KV cache (the AMX tile layout, `--kv-type
     bf16`), or None: every row of every step attends on attn_prefill's amx family, which reads
     that cache in place, so it needs the family usable here and a tile serving the model's dims
     (no sliding window or soft-capping, head dims multiples of 32 (keys) and 16 (values), key
-    tiles that divide the block size)."""
+    tiles that divide the block size), and no attention type asking for f32 numerics."""
+    if attn_type in ("f32", "invariant"):
+        return f"--kv-type bf16 attends in bf16 on AMX tiles; --attn-type {attn_type} asks for f32"
     if not bf16_attention(isa):
         return (f"--kv-type bf16 is the AMX tile layout: it needs AMX-BF16 tiles (ISA level amx "
                 f"and the OS's permission to use them); this CPU runs at level {isa.level}: use "

@@ -64,7 +64,7 @@ def cmd_info(args) -> int:
 
 
 def cmd_generate(args) -> int:
-    from .engines import context_size, create_engine
+    from .engines import DEFAULT_KV_TYPE, context_size, create_engine
     from .generate import Generation, generate_stream
     from .model import load_model
     from .sampling import SamplingParams
@@ -99,7 +99,8 @@ def cmd_generate(args) -> int:
     gen = Generation(tok, prompt_ids, params, max_tokens=args.max_tokens, stop=args.stop or [],
                      n_ctx=n_ctx, ignore_eos=args.ignore_eos)
     engine = create_engine(model, args.engine, n_ctx=n_ctx, max_seqs=1,
-                           kv_type=args.kv_type, threads=args.threads, act_type=args.act_type,
+                           kv_type=args.kv_type or DEFAULT_KV_TYPE, threads=args.threads,
+                           act_type=args.act_type,
                            attn_type=args.attn_type)
     out = sys.stdout
     if args.echo:
@@ -129,7 +130,7 @@ def cmd_plan(args) -> int:
     """The JIT's step programs as planned for this model and CPU (reame/jit/plan.py): every op
     site with the kernel it starts with, program by program (--tokens N: the program steps of
     N tokens run)."""
-    from .engines import context_size, create_engine
+    from .engines import DEFAULT_KV_TYPE, context_size, create_engine
     from .model import load_model
     from . import progress
     progress.configure("off")
@@ -138,7 +139,8 @@ def cmd_plan(args) -> int:
     if args.tokens is not None and args.tokens < 1:
         raise ReameError(f"--tokens must be >= 1 (got {args.tokens})")
     engine = create_engine(model, "jit", n_ctx=context_size(model, args.ctx_size),
-                           max_seqs=args.max_seqs, kv_type=args.kv_type, threads=1,
+                           max_seqs=args.max_seqs, kv_type=args.kv_type or DEFAULT_KV_TYPE,
+                           threads=1,
                            act_type=args.act_type, attn_type=args.attn_type)
     try:
         plan = engine.kernel_plan
@@ -155,14 +157,14 @@ def cmd_plan(args) -> int:
 
 
 def add_engine_args(p: argparse.ArgumentParser) -> None:
-    from .engines import ACT_TYPES, ATTN_TYPES, DEFAULT_ENGINE, ENGINES
+    from .engines import ACT_TYPES, ATTN_TYPES, DEFAULT_ENGINE, ENGINES, KV_TYPES
     p.add_argument("--engine", choices=ENGINES, default=DEFAULT_ENGINE,
                    help=f"forward-pass engine (default: {DEFAULT_ENGINE})")
     p.add_argument("--threads", type=int, default=None,
                    help="compute threads (default: the physical cores this process may use)")
     p.add_argument("--ctx-size", type=int, default=None,
                    help="context per sequence (default: min(model's context, 4096))")
-    p.add_argument("--kv-type", choices=("auto", "f32", "f16", "bf16"), default="auto",
+    p.add_argument("--kv-type", choices=KV_TYPES, default=None,
                    help="KV cache type (bf16: the AMX tile layout, every row's attention on "
                         "AMX-BF16 tiles, needs AMX, docs/kernels-attention.md; auto, the "
                         "default: bf16 where the jit engine can keep it, else f32)")

@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 
 from .errors import ReameError
-from .kv_cache import DEFAULT_BLOCK_SIZE, DEFAULT_MAX_CTX, bytes_per_token
+from .kv_cache import DEFAULT_BLOCK_SIZE, DEFAULT_MAX_CTX, KV_TYPES as CACHE_TYPES, bytes_per_token
 
 ENGINES = ("jit", "reference")
 DEFAULT_ENGINE = "jit"
@@ -31,7 +31,7 @@ DEFAULT_ATTN_TYPE = "auto"
 # "auto", the command line's and server's default: bf16 where the JIT engine can keep it (AMX-BF16,
 # a model the amx tiles serve) and activations are q8 with bf16-capable attention (not
 # --act-type f32 or --attn-type f32 / invariant, which ask for f32 numerics), else f32.
-KV_TYPES = ("auto", "f32", "f16", "bf16")
+KV_TYPES = ("auto", *CACHE_TYPES)
 DEFAULT_KV_TYPE = "auto"
 
 
@@ -43,23 +43,21 @@ def kv_type_for(model_config, kv_type: str = DEFAULT_KV_TYPE, engine: str = DEFA
     is a ReameError naming why (before any worker starts or weight is read)."""
     if kv_type not in KV_TYPES:
         raise ReameError(f"unknown KV cache type {kv_type!r} (choose from: {', '.join(KV_TYPES)})")
-    if kv_type == "bf16":
-        from .codegen.isa import detect
-        from .jit.select import bf16_cache_refusal
-        why = (f"--kv-type bf16 needs the jit engine (the {engine} engine's attention is f32): "
-               "use f16" if engine != "jit" else bf16_cache_refusal(isa or detect(),
-                                                                   model_config, block_size,
-                                                                   attn_type))
-        if why:
-            raise ReameError(why)
-    if kv_type != "auto":
+    if kv_type in ("f32", "f16"):
         return kv_type
-    if engine != "jit" or (act_type or DEFAULT_ACT_TYPE[engine]) != "q8" \
-            or (attn_type or DEFAULT_ATTN_TYPE) not in ("auto", "bf16"):
+    if engine != "jit":
+        if kv_type == "bf16":
+            raise ReameError(f"--kv-type bf16 needs the jit engine (the {engine} engine's "
+                             "attention is f32): use f16")
         return "f32"
     from .codegen.isa import detect
     from .jit.select import bf16_cache_refusal
-    return "f32" if bf16_cache_refusal(isa or detect(), model_config, block_size) else "bf16"
+    why = bf16_cache_refusal(isa or detect(), model_config, block_size, attn_type)
+    if kv_type == "bf16" and why:
+        raise ReameError(why)
+    if kv_type == "auto" and (why or (act_type or DEFAULT_ACT_TYPE[engine]) != "q8"):
+        return "f32"
+    return "bf16"
 
 
 def context_size(model, n_ctx: int | None = None) -> int:

@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from .codegen.ops.kv_layout import bf16_bits, from_bf16
+from .codegen.ops.kv_layout import KV_DTYPES, bf16_bits, from_bf16
 
 DEFAULT_MAX_CTX = 4096     # context per sequence when the user does not ask for another
 DEFAULT_BLOCK_SIZE = 64    # positions per block (docs/server.md: 16 / 32 / 64 measured)
-KV_TYPES = {"f32": np.float32, "f16": np.float16, "bf16": np.uint16}   # bf16: bits
+KV_TYPES = KV_DTYPES        # f32, f16, bf16 (bits in uint16, the AMX tile layout)
 
 
 def bytes_per_token(n_layer: int, n_head_kv: int, head_dim: int, head_dim_v: int,

@@ -96,6 +96,16 @@ def isa_at(level: str):
     return isa.at(level)
 
 
+def amx_attention_missing() -> str | None:
+    """Why attn_prefill's amx family (bf16 attention, the bf16 KV cache) cannot run on this CPU,
+    or None. Tests that need it skip with this reason where the CPU has no AMX-BF16 (or the OS
+    does not grant the tile state): there is no forced level to run AMX on other hardware."""
+    from reame.codegen.isa import detect
+    from reame.jit.select import bf16_attention
+    return None if bf16_attention(detect()) else \
+        f"no attn_prefill amx family on this CPU (level {detect().level}, or AMX not granted)"
+
+
 # bench/arm64_check.py runs the guest under qemu-user with REAME_EMULATED=qemu-user: emulated
 # code runs ~5-20x slower, so a test's absolute wall-time bound is multiplied by this
 EMULATED = os.environ.get("REAME_EMULATED", "")

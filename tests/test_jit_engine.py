@@ -209,10 +209,8 @@ def _dtypes(sites):
 
 
 def _amx_missing():
-    from reame.codegen.isa import detect
-    from reame.jit.select import bf16_attention
-    return None if bf16_attention(detect()) else \
-        f"no attn_prefill amx family on this CPU (level {detect().level}, or AMX not granted)"
+    from conftest import amx_attention_missing
+    return amx_attention_missing()
 
 
 def test_attn_type_reaches_the_prompt_kernel(synth_dir, caplog):

@@ -211,6 +211,19 @@ def engine_factory_kwargs(cfg, monkeypatch):
     return seen, fake
 
 
+def served_config(monkeypatch, model, *flags) -> ServerConfig:
+    """The ServerConfig `reame serve MODEL --pin off FLAGS...` hands to gunicorn (not started)."""
+    import argparse
+    from reame.server import cli as serve_cli
+    got = {}
+    monkeypatch.setattr("reame.server.gunicorn_app.run", lambda config, **kw: got.update(c=config))
+    parser = argparse.ArgumentParser()
+    serve_cli.add_serve_command(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["serve", str(model), "--pin", "off", *flags])
+    assert args.func(args) == 0
+    return got["c"]
+
+
 def test_attn_type_setting_reaches_the_engine(stories_path, monkeypatch):
     """REAME_ATTN_TYPE / --attn-type: read, checked, auto by default, handed to create_engine;
     `reame serve --attn-type bf16` puts it in the config."""
@@ -226,18 +239,27 @@ def test_attn_type_setting_reaches_the_engine(stories_path, monkeypatch):
     seen, fake = engine_factory_kwargs(cfg, monkeypatch)
     assert seen["attn_type"] == "bf16"
     from types import SimpleNamespace
-    import argparse
-    from reame.server import cli as serve_cli
-    got = {}
-    monkeypatch.setattr("reame.server.gunicorn_app.run", lambda config, **kw: got.update(c=config))
-    parser = argparse.ArgumentParser()
-    serve_cli.add_serve_command(parser.add_subparsers(dest="command"))
-    args = parser.parse_args(["serve", str(stories_path), "--attn-type", "bf16", "--pin", "off"])
-    assert args.func(args) == 0 and got["c"].attn_type == "bf16"
+    assert served_config(monkeypatch, stories_path, "--attn-type", "bf16").attn_type == "bf16"
     # bf16 attention gives other keys and values: another prefix-cache salt
     a = SimpleNamespace(model=SimpleNamespace(path=None), name="jit", kv=fake.kv, attn_type="f32")
     b = SimpleNamespace(model=SimpleNamespace(path=None), name="jit", kv=fake.kv, attn_type="bf16")
     assert service.model_identity(a) != service.model_identity(b)
+
+
+def test_kv_type_setting_reaches_the_engine(stories_path, monkeypatch):
+    """REAME_KV_TYPE / --kv-type: auto by default, read, checked, handed to create_engine, and
+    `reame serve` without the flag keeps the variable (a flag default of its own overrode it:
+    REAME_KV_TYPE=f16 served an f32 cache)."""
+    from reame.errors import ReameError
+    assert ServerConfig.from_env({}, model=stories_path).kv_type == "auto"
+    cfg = ServerConfig.from_env({"REAME_KV_TYPE": "f16"}, model=stories_path)
+    with pytest.raises(ReameError, match="kv_type"):
+        ServerConfig.from_env({"REAME_KV_TYPE": "q8"})
+    seen, _ = engine_factory_kwargs(cfg, monkeypatch)
+    assert seen["kv_type"] == "f16"
+    monkeypatch.setenv("REAME_KV_TYPE", "f16")
+    assert served_config(monkeypatch, stories_path).kv_type == "f16"
+    assert served_config(monkeypatch, stories_path, "--kv-type", "f32").kv_type == "f32"
 
 
 def test_act_type_setting_reaches_the_engine(stories_path, monkeypatch):

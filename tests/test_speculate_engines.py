@@ -357,10 +357,9 @@ def test_a_tokens_attention_is_one_arithmetic_whatever_shares_its_step(kv):
     their own key tile, bk 32 in some and 64 in others)."""
     from reame.batch import Batch
     if kv == "bf16":
-        from reame.codegen.isa import detect
-        from reame.jit.select import bf16_attention
-        if not bf16_attention(detect()):
-            pytest.skip("a bf16 KV cache needs AMX-BF16")
+        from conftest import amx_attention_missing
+        if amx_attention_missing():
+            pytest.skip(amx_attention_missing())
     model, eng = smollm2_jit(max_seqs=4, kv_type=kv)
     try:
         assert eng.split_attention == (kv == "f32")

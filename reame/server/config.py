@@ -184,8 +184,9 @@ class ServerConfig:
             raise ReameError("block_size must be 16, 32, 64, 128 or 256")
         if self.request_timeout < 0:
             raise ReameError("request_timeout must be >= 0")
-        if self.kv_type not in ("auto", "f32", "f16", "bf16"):
-            raise ReameError("kv_type must be auto, f32, f16 or bf16")
+        from ..engines import KV_TYPES
+        if self.kv_type not in KV_TYPES:
+            raise ReameError(f"kv_type must be one of {', '.join(KV_TYPES)}")
         if self.act_type not in (None, "q8", "f32"):
             raise ReameError("act_type must be q8 or f32")
         from ..engines import ATTN_TYPES

@@ -54,7 +54,7 @@ def measure(gguf: str, ctx: int, rows: list[int], threads: int, rounds: int,
     model = load_model(gguf)
     R = max(rows)
     eng = JITEngine(model, n_ctx=max(1024, ctx + R + 64), max_seqs=1, threads=threads,
-                    kv_dtype=kv_type)
+                    kv_dtype=kv_type, max_logits=max(16, R))
     try:
         rng = np.random.default_rng(0)
         toks = [int(t) for t in rng.integers(100, model.config.n_vocab - 1, ctx + R)]

@@ -7,6 +7,7 @@ shows here as a diff to read (intended: regenerate with
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -55,3 +56,22 @@ def test_plans_are_unchanged(tmp_path_factory, name, level):
     got = text.splitlines()
     diff = [(i, w, g) for i, (w, g) in enumerate(zip(want, got)) if w != g]
     assert len(want) == len(got) and not diff, (len(want), len(got), diff[:5])
+
+
+def test_the_output_head_is_tiled_for_the_logits_rows_a_step_may_return(tmp_path_factory):
+    # catches: the head's tile chosen for one logits row per sequence (max_seqs), which with
+    # --max-seqs 1 ran a 16-row speculation verify step's head as 16 one-token passes (17.6 of
+    # its 41 thread-ms on SmolLM2-135M; 3.4 on the 16-token tile)
+    path = synth_model(tmp_path_factory, *MODELS["qwen2-Q8_0"])
+    eng = JITEngine(load_model(path), n_ctx=128, max_seqs=1, threads=1)
+    try:
+        for bucket, plan in eng.plans.items():
+            head = [line for line in plan.describe() if line.startswith("output.weight ")
+                    or line.startswith("token_embd.weight matmul")]
+            assert len(head) == 1, (bucket, head)
+            nt = re.search(r"nt=(\d+)", head[0])
+            assert nt, head[0]
+            want = min(bucket, eng.max_logits)
+            assert int(nt.group(1)) >= min(want, 16), (bucket, head[0])
+    finally:
+        eng.close()

@@ -11,7 +11,9 @@ astype(float16), including overflow to inf and denormals (NaN becomes a quiet Na
 bf16 (the AMX tile layout of ops/kv_layout.py) writes bfloat16 bits rounded to nearest even
 (kv_layout.bf16_bits) and each value row as a column of its block's transposed values
 vc[block, h, :, pos % BS].
-Threading: the n*Hkv (token, head) rows are split between threads.
+Threading: the n*Hkv (token, head) rows are split between threads; with bf16, whole heads (a
+block's transposed values put consecutive positions in one cache line, which threads storing
+other tokens of one head would share).
 Tolerance: exact.
 """
 

@@ -86,8 +86,11 @@ class _Lowering:
         self.e, self.c, self.isa, self.bucket = eng, eng.config, eng.isa, bucket
         self.plan = StepPlan(bucket)
         self.copies: set[str] = set()      # valid 8-bit copies ("h:q8a"), until h is written
-        # rows needing logits: ~ one per sequence (the head's tiles are chosen for that many)
-        self.head = min(bucket, eng.max_seqs)
+        # rows needing logits (the head's tiles are chosen for that many): as many as one step
+        # may return, one per sequence and more in speculation's verify steps (every drafted
+        # position's); the sequences alone undercounted them (--max-seqs 1: a 16-row verify
+        # step's output head ran the 1-token tile 16 times, 17.6 of its 41 thread-ms)
+        self.head = min(bucket, eng.max_logits)
 
     def emit(self, site, spec, reads=(), writes=(), barrier=None, **args) -> PlannedOp:
         op = PlannedOp(site, spec, args, frozenset(reads), frozenset(writes), barrier)

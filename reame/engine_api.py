@@ -26,8 +26,6 @@ class Engine(Protocol):
     kv: PagedKVCache                   # slots, blocks and the block tables the planner writes
     max_tokens: int | None             # tokens one step may hold (None: any)
     max_logits: int | None             # logits rows one step may return (None: any)
-    buckets: list[int] | None          # its step programs by their largest token count, a step
-    #                                    running the smallest that holds it (None: no programs)
     attn_type: str                     # prompt rows' attention: "f32", "bf16", "invariant"
     kernel_plan: KernelPlan | None     # its tunable kernels (None: nothing to tune)
 

@@ -30,7 +30,7 @@ class ReferenceEngine:
 
     name = "reference"
     kernel_plan = None              # numpy: no kernels to tune (reame/kernel_plan.py)
-    max_tokens = max_logits = buckets = None  # any step size, no programs (reame/engine_api.py)
+    max_tokens = max_logits = None  # any step size (reame/engine_api.py)
     attn_type = "f32"
 
     def __init__(self, model: Model, n_ctx: int | None = None, max_seqs: int = 4,

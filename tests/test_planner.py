@@ -40,7 +40,6 @@ class FakeEngine:
     `row(every key the row's attention reads)` (default: [next_token(keys)]). A whole
     reame.engine_api.Engine (tests/test_engine_api.py checks)."""
     name, model, config, attn_type, kernel_plan, max_logits = "fake", None, None, "f32", None, None
-    buckets = None
 
     def __init__(self, slots=4, blocks=64, bs=4, n_ctx=256, row=None, dtype=np.int64):
         self.kv = PagedKVCache(1, slots, 1, n_ctx, 1, 1, "f32", bs, blocks)

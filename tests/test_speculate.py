@@ -21,7 +21,7 @@ from test_planner import FakeEngine, FakeGen
 from reame.planner import Planner, SchedulerParams, Seq
 from reame.speculate import Speculator
 from reame.speculate import control
-from reame.speculate.control import Acceptance, StepCost, allocate
+from reame.speculate.control import StepCost, allocate
 from reame.speculate.index import TokenIndex
 
 
@@ -237,45 +237,6 @@ def test_the_step_cost_curve_is_robust_to_outliers_and_monotone():
     assert c(7) <= c(8)
     assert c(4) == pytest.approx(0.010 + (0.012 - 0.010) * 3 / 6)   # between 1 and 7
     assert c(16) > c(8)
-
-
-
-def test_an_unmeasured_size_is_read_from_its_own_program():
-    """The JIT's step programs (1, 4, 8, 16, 512 tokens) compute their token tile whole: a
-    16-token step costs about what a 9-token one does (SmolLM2 on AMX, bench.verify_step: 12.2
-    and 14.2 ms), far below the line from 9 tokens to a 196-token prompt chunk. With 1, 8, 9 and
-    196 measured, 16 is read from 9 (plus the prior slope), and a draft of 15 tokens accepted
-    nearly always is then worth its step. Catches interpolating across programs (16 read at
-    ~20 ms: the drafts stay at 7 tokens, the 8-token program, for good)."""
-    c = StepCost((1, 4, 8, 16, 512))
-    for _ in range(3):
-        for n, t in ((1, 0.0069), (8, 0.0096), (9, 0.0122), (196, 0.165)):
-            c.observe(n, t)
-    assert c(16) < 0.0122 + 0.08 * 0.0069 * 7 + 1e-9
-    assert c(12) <= c(16)
-    assert c(100) > 0.02                         # beyond 16: the prompt program, interpolated
-    acc = [[0.99] * 15]
-    assert choose(acc, 1, c, 100) == [15]
-    old = StepCost()                             # no programs: the interpolation of before
-    for _ in range(3):
-        for n, t in ((1, 0.0069), (8, 0.0096), (9, 0.0122), (196, 0.165)):
-            old.observe(n, t)
-    assert old(16) > 0.017
-
-
-def test_a_depth_never_reached_is_judged_by_the_depths_before_it():
-    """Drafts accepted to depth 8 every time: depths 9-15 (never drafted) start from depth 8's
-    rate, so longer drafts get tried; drafts rejected at depth 2 make deeper ones look poor.
-    Catches a fixed prior (0.6) for every unseen depth, which keeps a class at the depth it
-    was first drafted to."""
-    a = Acceptance()
-    for _ in range(200):
-        a.observe("echo", 20, 8, 8)
-        a.observe("chat", 3, 8, 1)
-    deep = a.rates("echo", 20, 15)
-    assert min(deep[:8]) > 0.95 and min(deep[8:]) > 0.9
-    poor = a.rates("chat", 3, 15)
-    assert poor[1] < 0.05 and max(poor[2:]) < 0.2
 
 
 def run_with_costs(cost_fn, seed=0):

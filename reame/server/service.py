@@ -106,8 +106,7 @@ class ModelService:
         self.speculator = None
         if config.speculating:
             from ..speculate import Speculator
-            self.speculator = Speculator(tokenizer.n_vocab, max_tokens=config.speculate_tokens,
-                                         programs=engine.buckets)
+            self.speculator = Speculator(tokenizer.n_vocab, max_tokens=config.speculate_tokens)
             if self.adaptive is not None:       # reported and saved with the strategy
                 self.adaptive.speculator = self.speculator
         self.scheduler = Scheduler(engine, params, salt=model_identity(engine),

@@ -69,17 +69,14 @@ def request_class(seq) -> str:
 
 
 class Speculator:
-    def __init__(self, n_vocab: int, *, max_tokens: int = 1 << 18, learn: bool = True,
-                 programs: tuple[int, ...] | None = None):
+    def __init__(self, n_vocab: int, *, max_tokens: int = 1 << 18, learn: bool = True):
         """`max_tokens`: the global index's bound (token positions of earlier requests);
         `learn`: finished requests join the global index (False: each request drafts from
-        itself only); `programs`: the engine's step programs by their largest token count
-        (StepCost), None when it has none."""
+        itself only)."""
         self.n_vocab = n_vocab
         self.learn = learn
-        self.programs = programs
         self.global_ = TokenIndex(max_tokens)
-        self.cost = StepCost(programs)
+        self.cost = StepCost()
         self.accept = Acceptance()
         self.states: dict[int, SeqState] = {}
         self.lock = threading.Lock()            # the engine thread writes; reports read
@@ -296,7 +293,7 @@ class Speculator:
         n = fresh.load(state.get("index") or {}, self.n_vocab)
         acc = Acceptance()
         acc.load(state.get("acceptance") or [])
-        cost = StepCost(self.programs)
+        cost = StepCost()
         for k, v in (state.get("step_cost") or {}).items():
             if not (str(k).isdigit() and isinstance(v, (int, float)) and v > 0):
                 raise ValueError("step_cost: token count -> seconds expected")

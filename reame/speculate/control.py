@@ -5,15 +5,13 @@ second, from measured step costs and observed acceptance.
   the tokens it computes, measured on this server: the median of the last `SAMPLES` steps per
   token count up to 64, per power-of-two range above. A step never costs less than a smaller
   one, so the curve read is the lower envelope from above (cost(n) = the least measured cost of
-  n or more tokens: one slow outlier does not bar a size); a count never measured is read from
-  a measured count of its own step program where one is below it, else interpolated between
-  measured neighbours, and beyond the largest measured one costs
+  n or more tokens: one slow outlier does not bar a size); a count never measured is
+  interpolated between measured neighbours, and beyond the largest measured one costs
   `PRIOR_SLOPE` of the one-token step per token more, an optimistic guess that one step then
   measures. Estimates not refreshed for `STALE_STEPS` steps count as unmeasured again.
 - `Acceptance`: per request class (reame/speculate/__init__.py) and match-length range, how often
-  the draft token at each depth was accepted once the ones before it were (Beta-smoothed, the
-  first depth towards PRIOR_ACCEPT and each deeper one towards the estimate of the depth before
-  it; decayed so that it follows a change of traffic).
+  the draft token at each depth was accepted once the ones before it were (Beta-smoothed,
+  decayed so that it follows a change of traffic).
 - `allocate`: the allocation. A sequence offering draft tokens with acceptance a_1, a_2, ... is
   expected to emit 1 + a_1 + a_1 a_2 + ... tokens; taking draft tokens in order of their
   expected gain over every sequence gives the best value for each added total K, and the step
@@ -53,14 +51,7 @@ def _bin(n: int) -> int:
 
 
 class StepCost:
-    def __init__(self, programs: tuple[int, ...] | None = None):
-        """`programs`: the engine's step programs by their largest token count (the JIT's
-        buckets, e.g. 1, 4, 8, 16, 512), or None. A program computes its token tile whole, so
-        sizes within one cost about the same: an unmeasured size is read from measured sizes of
-        its own program (one measured size below it: that cost plus PRIOR_SLOPE a token), not
-        interpolated towards a far larger program's (which made a 16-token step look as costly
-        as the line from 9 tokens to a 196-token prompt chunk, so it was never tried)."""
-        self.programs = tuple(sorted(programs)) if programs else ()
+    def __init__(self):
         self.samples: dict[int, deque] = {}  # bin -> the last SAMPLES step times
         self.seen: dict[int, int] = {}       # bin -> step number of the last measurement
         self.ns: dict[int, deque] = {}       # bin -> the token counts of those steps
@@ -109,10 +100,6 @@ class StepCost:
                 hi = (x, v)
         if lo and lo[0] == n or lo and _bin(lo[0]) == _bin(n):
             return lo[1]
-        if lo and hi and self.programs and self._program(n) != self._program(hi[0]):
-            if self._program(lo[0]) == self._program(n):        # n's program measured below it
-                one = pts[0][1] / (1 + PRIOR_SLOPE * (pts[0][0] - 1))
-                return min(hi[1], lo[1] + PRIOR_SLOPE * one * (n - lo[0]))
         if lo and hi:
             (x0, v0), (x1, v1) = lo, hi
             return v0 + (v1 - v0) * (n - x0) / (x1 - x0)
@@ -122,13 +109,6 @@ class StepCost:
             return v0 + PRIOR_SLOPE * one * (n - x0)
         x1, v1 = hi
         return v1 * n / x1
-
-    def _program(self, n: int) -> int:
-        """Index of the program a step of n tokens runs (the last one for any larger n)."""
-        for i, b in enumerate(self.programs):
-            if n <= b:
-                return i
-        return len(self.programs)
 
     def curve(self) -> dict[int, float]:
         return {x: round(v, 6) for x, v in self._points()}
@@ -155,10 +135,6 @@ class Acceptance:
         for j in range(n):
             acc, prop = st[j] if j < len(st) else (0.0, 0.0)
             out.append((acc + a0) / (prop + a0 + b0))
-            # the next depth's prior: this depth's estimate, as strong as PRIOR_ACCEPT (a depth
-            # seldom reached is judged by the ones before it: drafts that were accepted to depth
-            # 8 every time are worth trying at 9-15, those rejected early are not)
-            a0, b0 = out[-1] * sum(PRIOR_ACCEPT), (1 - out[-1]) * sum(PRIOR_ACCEPT)
         return out
 
     def _pooled(self, match: int) -> list[list[float]]:

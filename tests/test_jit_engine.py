@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from bench.synth import MIXES, synth_model
+from conftest import amx_attention_missing
 from reame.batch import Batch
 from reame.codegen.registry import get_op
 from reame.dispatch import VariantRejected
@@ -208,11 +209,6 @@ def _dtypes(sites):
     return {dt for kinds in sites.values() for _, dt in kinds.values()}
 
 
-def _amx_missing():
-    from conftest import amx_attention_missing
-    return amx_attention_missing()
-
-
 def test_attn_type_reaches_the_prompt_kernel(synth_dir, caplog):
     """--attn-type (engine option attn_type): bf16 makes every program's prompt-row attention
     sites run attn_prefill's amx family with dtype BF16, and nothing else (the decode rows stay
@@ -234,7 +230,7 @@ def test_attn_type_reaches_the_prompt_kernel(synth_dir, caplog):
     finally:
         eng.close()
     for how in ({"attn_type": "bf16"}, {}):              # asked for, and the default (auto)
-        if _amx_missing():
+        if amx_attention_missing():
             break
         eng = create_engine(model, "jit", **how, **kw)
         try:
@@ -299,7 +295,7 @@ BF16_GAP_MARGIN = 0.5
 def _smollm2_real_text(n):
     """(SmolLM2-135M, the first n tokens of tests/data/bf16_attention_prompt.txt); skips where
     the amx attention cannot run."""
-    why = _amx_missing()
+    why = amx_attention_missing()
     if why:
         pytest.skip(why)
     from conftest import shared_path
@@ -384,7 +380,7 @@ def test_kv_type_auto(synth_dir, stories_model):
     from reame.errors import ReameError
     model = load_model(synth_model(synth_dir, "tiny-qwen2", "Q8_0"))
     c = model.config
-    amx = _amx_missing() is None
+    amx = amx_attention_missing() is None
     assert kv_type_for(c) == ("bf16" if amx else "f32")
     assert kv_type_for(c, "auto", "jit", "f32") == "f32"
     assert kv_type_for(c, "auto", "jit", None, "f32") == "f32"
@@ -422,7 +418,7 @@ def test_bf16_kv_cache_refusals(synth_dir):
     with pytest.raises(ValueError, match="AMX-BF16"):
         JITEngine(model, n_ctx=128, max_seqs=1, threads=1, kv_dtype="bf16",
                   isa=isa_at("avx512"))
-    if _amx_missing():
+    if amx_attention_missing():
         return
     with pytest.raises(ValueError, match="head dims|attn-type f32"):
         JITEngine(model, n_ctx=128, max_seqs=1, threads=1, kv_dtype="bf16",

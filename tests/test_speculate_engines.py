@@ -358,8 +358,9 @@ def test_a_tokens_attention_is_one_arithmetic_whatever_shares_its_step(kv):
     from reame.batch import Batch
     if kv == "bf16":
         from conftest import amx_attention_missing
-        if amx_attention_missing():
-            pytest.skip(amx_attention_missing())
+        why = amx_attention_missing()
+        if why:                 # AMX-BF16 hardware; CI's VM has it, so there it runs
+            pytest.skip(why)
     model, eng = smollm2_jit(max_seqs=4, kv_type=kv)
     try:
         assert eng.split_attention == (kv == "f32")

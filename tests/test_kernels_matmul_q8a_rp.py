@@ -13,6 +13,7 @@ import pytest
 from reame.codegen import panel_layout, q8a
 from reame.codegen.kernels import build
 from reame.codegen.ops.matmul_q8a import random_weights
+from reame.codegen.ops.matmul_q8a_rp import HALVES_TYPES
 from reame.codegen.registry import get_op
 from reame.codegen.spec import KernelSpec
 from conftest import check_against_reference, check_reads_inside_weights
@@ -63,7 +64,8 @@ def test_records_give_the_gguf_panels_bits(dtype):
     rendering on records): the same integer sums and float steps, read from the records instead
     of transposed and gathered. Catches a record segment read at the wrong offset (Q4_1's m
     taken as d), the ymm halves swapped, Q4_0's zero-point start dropped, IQ4_NL's level table
-    looked up in the wrong 16-byte lane."""
+    looked up in the wrong 16-byte lane, the prompt chunks' second 8-row pass (lanes = 8)
+    reading the first one's f16 d or quants."""
     isa = _isa("native")
     if not isa.has("avx512_vnni"):
         pytest.skip("no AVX-512 VNNI here")
@@ -81,14 +83,17 @@ def test_records_give_the_gguf_panels_bits(dtype):
             gguf = KernelSpec.make("matmul_q8a", dtype, "panel", isa.level, M=M, K=K, acc=1,
                                    nt=nt)
             build(gguf, isa).run_threads(get_op("matmul_q8a").pack(bufs, n=n), 2)
-        for level in ("native", "avx2", "avx_vnni"):
+        halves = [{"lanes": 8}] if nt == 8 and dtype in HALVES_TYPES else []
+        for level, more in [("native", {}), ("avx2", {}), ("avx_vnni", {})] \
+                + [(lv, h) for h in halves for lv in ("avx2", "avx_vnni")]:
             if level != "native" and level not in isa.levels:
                 continue
             at = _isa(level)
-            spec = KernelSpec.make(OP.name, dtype, "panel", at.level, M=M, K=K, acc=1, nt=nt)
+            spec = KernelSpec.make(OP.name, dtype, "panel", at.level, M=M, K=K, acc=1, nt=nt,
+                                   **more)
             case.buffers["y"][...] = y0
             build(spec, at).run_threads(case.args, 2)
-            assert np.array_equal(case.buffers["y"], bufs["y"]), (dtype, level, nt)
+            assert np.array_equal(case.buffers["y"], bufs["y"]), (dtype, level, nt, more)
 
 
 def test_q8_0_at_the_ends_of_the_int16_range():

@@ -12,6 +12,7 @@ import pytest
 from reame.codegen import panel_layout
 from reame.codegen.kernels import build
 from reame.codegen.ops.matmul_q8a_kquants import random_weights
+from reame.codegen.ops.matmul_q8k_rp import HALVES_TYPES
 from reame.codegen.registry import get_op
 from reame.codegen.spec import KernelSpec
 from conftest import check_against_reference, check_reads_inside_weights
@@ -82,27 +83,31 @@ def test_panel_equals_matmul_q8k_panel_bit_for_bit(dtype, nt):
 def test_256_bit_panels_equal_the_512_bit_ones_bit_for_bit(dtype):
     """The panel family below avx512_vnni computes each 16-row lane vector as two ymm halves
     (vpmaddubsw, pairs summed in i16, vpmaddwd): the same integer sums and the same float steps
-    as vpdpbusd on zmm, so the same floats. Catches the halves swapped (rows 0-7 and 8-15
-    exchanged), Q6_K's second 16-group chain started from the first one's offset, or a dword
-    left out of a group."""
+    as vpdpbusd on zmm, so the same floats; so do the prompt chunks' two passes of 8 rows
+    (lanes = 8). Catches the halves swapped (rows 0-7 and 8-15 exchanged), Q6_K's second
+    16-group chain started from the first one's offset, a dword left out of a group, or the
+    second 8-row pass reading (or storing to) the first one's rows."""
     isa = _isa("native")
     if not isa.has("avx512_vnni"):
         pytest.skip("no AVX-512 VNNI here")
     M, K, n = 48, 1280, 11
+    tiles = [{"nt": nt} for nt in (1, 4, 8)]
+    tiles += [{"nt": 8, "lanes": 8}] if dtype in HALVES_TYPES else []
     for level in ("avx2", "avx_vnni"):       # AVX-VNNI: vpdpbusd on each ymm half
         if level not in isa.levels:
             continue
         low = _isa(level)
-        for nt in (1, 4, 8):
+        for tile in tiles:
+            nt = tile["nt"]
             zmm = KernelSpec.make(OP.name, dtype, "panel", isa.level, M=M, K=K, acc=1, nt=nt)
-            ymm = KernelSpec.make(OP.name, dtype, "panel", low.level, M=M, K=K, acc=1, nt=nt)
+            ymm = KernelSpec.make(OP.name, dtype, "panel", low.level, M=M, K=K, acc=1, **tile)
             case = OP.make_case(zmm, np.random.default_rng([5, nt]), n)
             y0 = case.buffers["y"].copy()
             build(zmm, isa).run_threads(case.args, 2)
             want = case.buffers["y"].copy()
             case.buffers["y"][...] = y0
             build(ymm, low).run_threads(case.args, 2)
-            assert np.array_equal(case.buffers["y"], want), (dtype, level, nt)
+            assert np.array_equal(case.buffers["y"], want), (dtype, level, tile)
 
 
 def _extreme_weights(dtype, rng, M, K):
@@ -135,8 +140,10 @@ def test_256_bit_panels_at_the_ends_of_the_int16_range(dtype):
     x = np.where(rng.random((n, K)) < 0.5, 1.0, -1.0).astype(np.float32)
     x[0], x[1] = 1.0, -1.0                   # every product of a token at one end
     rtol, atol = OP.tolerance(dtype)
-    for nt in (1, 2, 4, 8):
-        spec = KernelSpec.make(OP.name, dtype, "panel", low.level, M=M, K=K, acc=0, nt=nt)
+    tiles = [{"nt": nt} for nt in (1, 2, 4, 8)]
+    tiles += [{"nt": 8, "lanes": 8}] if dtype in HALVES_TYPES else []
+    for tile in tiles:
+        spec = KernelSpec.make(OP.name, dtype, "panel", low.level, M=M, K=K, acc=0, **tile)
         case = OP.make_case(spec, rng, n)
         raw = _extreme_weights(dtype, rng, M, K)
         case.meta["w_gguf"][...] = raw

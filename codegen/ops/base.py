@@ -20,9 +20,10 @@ class Variant:
     tiles: tuple[dict, ...] = ({},)           # tile configurations to choose between
     doc: str = ""
     min_tokens: int = 1                       # programs for fewer tokens never start on it
+    below: str = ""                           # if set: only at levels without this one
 
     def usable(self, isa: ISA) -> bool:
-        return isa.has(self.min_level)
+        return isa.has(self.min_level) and not (self.below and isa.has(self.below))
 
 
 def compare(got: np.ndarray, want: np.ndarray, rtol: float, atol: float) -> float:

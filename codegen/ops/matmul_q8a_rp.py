@@ -16,16 +16,23 @@ Families (templates/matmul_q8a_rp_<family>.ll.j2, which include matmul_q8a's):
               buffer first: the portable reference the dispatch table checks against
     panel     matmul_q8a's row-panel kernel on records, at the 256-bit levels (two ymm halves;
               Q8_0 as |q| x the activation with q's sign at avx2, as q + 128 at avx_vnni) and
-              above (zmm)
+              above (zmm); in prompt chunks (min_tokens) Q4_0/Q4_1 as two passes of 8 rows
+              (lanes = 8)
 The expected result and tolerance are matmul_q8a's (same integer sums, same float steps).
 """
 
 from __future__ import annotations
 
+from reame.tensor_types import PROMPT_STEP
+
 from .base import HEAVY_SLICES, Op, Variant, row_panel_case
 from .matmul_q8a import OP as Q8A_OP
 
 RP_TYPES = ("Q8_0", "Q4_0", "Q4_1", "IQ4_NL")
+# the types whose 8-row passes measured faster in prompt chunks at avx2 (1 thread, 4864 x 896,
+# 64 tokens, nt 8: Q4_0 168 -> 197 GOP/s, Q4_1 161 -> 172); not Q8_0/IQ4_NL, whose psign +
+# vpmaddubsw + vpmaddwd per dword keep ports 0/1 busy either way (0-20% slower)
+HALVES_TYPES = ("Q4_0", "Q4_1")
 
 
 _case, _reference = row_panel_case(Q8A_OP)
@@ -43,6 +50,11 @@ OP = Op(
                 "matmul_q8a's row panels on the panel layout: 16 rows x nt tokens per register "
                 "tile (two ymm halves below avx512_vnni), quants and scales loaded "
                 "pre-transposed"),
+        Variant("panel", "avx2", HALVES_TYPES, ({"nt": 8, "lanes": 8},),
+                "prompt chunks: the 16-row panel as two 8-row passes (lanes = rows per "
+                "register tile), whose 8 weight vectors per block and 8-lane accumulators fit "
+                "the 16 ymm registers the 16-lane tile spills",
+                min_tokens=PROMPT_STEP, below="avx512_vnni"),
     ),
     make_case=_case,
     reference=_reference,

@@ -14,15 +14,24 @@ Families (templates/matmul_q8k_rp_<family>.ll.j2, which include matmul_q8k's):
               stack buffer first: the portable reference the dispatch table checks against
     panel     matmul_q8k's row-panel kernel on records: zmm lanes from AVX-512 VNNI (pf_bytes =
               prefetch distance in bytes ahead in the record stream, pf_loc = its locality
-              hint), two ymm halves below it (avx2, avx_vnni, avx512; no software prefetch)
+              hint), two ymm halves below it (avx2, avx_vnni, avx512; no software prefetch);
+              in prompt chunks (min_tokens) the panel as two passes of 8 rows (lanes = 8)
 The expected result and tolerance are matmul_q8k's (same integer sums, same float steps).
 """
 
 from __future__ import annotations
 
+from reame.tensor_types import PROMPT_STEP
+
 from .base import HEAVY_SLICES, Op, Variant, row_panel_case
 from .matmul_q8k import OP as Q8K_OP
 from .matmul_q8k import K_TYPES, TOLERANCE
+
+# the types whose 8-row passes measured faster in prompt chunks at avx2 (1 thread, 2048 x 2048,
+# 64 tokens, nt 8: Q4_K 148 -> 177 GOP/s, Q5_K 133 -> 150; Q6_K 114 -> 116, not offered); in
+# steps of <= 16 tokens, weights from DRAM, they lose (the second pass reads no new lines, so
+# memory waits: a 4-token step's Q4_K products 38.8 -> 48.2 thread-ms)
+HALVES_TYPES = ("Q4_K", "Q5_K")
 
 
 _case, _reference = row_panel_case(Q8K_OP)
@@ -48,6 +57,11 @@ OP = Op(
                 "vpmaddubsw with the token's 4 bytes broadcast, the pairs summed in i16, then "
                 "vpmaddwd (AVX-VNNI: vpdpbusd per half); no software prefetch (it cost 30% "
                 "here: the hardware prefetcher follows the record stream)"),
+        Variant("panel", "avx2", HALVES_TYPES, ({"nt": 8, "lanes": 8},),
+                "prompt chunks: the 16-row panel as two 8-row passes (lanes = rows per "
+                "register tile), whose 8 weight vectors per 32-block and 8-lane accumulators "
+                "fit the 16 ymm registers the 16-lane tile spills",
+                min_tokens=PROMPT_STEP, below="avx512_vnni"),
     ),
     make_case=_case,
     reference=_reference,

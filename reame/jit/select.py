@@ -1,7 +1,8 @@
 """Which kernel variant an op site starts with (before the adaptive runtime measures others).
 
 Policy: the most specific family this ISA level can run (the variant with the highest minimum
-level, skipping variants declared for bigger programs: `Variant.min_tokens`), the family the op
+level, skipping variants declared for bigger programs (`Variant.min_tokens`) and preferring them
+at one level where they qualify), the family the op
 file prefers for that many tokens where it declares a policy (`Op.prefers`: the row panels of
 matmul_q8a in every program, matmul_q8k's for batches with long rows and prompt chunks, the
 GEMM for float prompt chunks), and within it the tile that fits the program's token count (see
@@ -111,7 +112,9 @@ def choose(op_name: str, dtype: str, isa: ISA, n_tokens: int, **dims) -> KernelS
             continue
         if n_tokens < v.min_tokens:          # e.g. AMX tiles: prompt chunks only
             continue
-        key = _rank(isa, v.min_level)
+        # the highest level; at one level a variant declared for bigger programs (min_tokens)
+        # is the more specific one where it qualifies
+        key = (_rank(isa, v.min_level), v.min_tokens)
         if best is None or key > best[0]:
             best = (key, [v])
         elif key == best[0]:

@@ -204,8 +204,10 @@ def test_amx_tiles_give_the_panels_bits(dtype):
     depend on the program its step ran in). Token counts below, at and across a 16-token tile
     and a chunk (tc), ragged panels, 1-16 threads. Catches an epilogue that rounds differently
     (F * S then + acc instead of one FMA, d_w * d_a in another grouping), a wrong Q4_0 offset,
-    a chunk boundary that skips tokens, and a partial last tile sent to an epilogue copy of
-    fewer rows than it has tokens (6, 13, 24: tiles of 6, 13, 8 tokens; copies of 4, 8, 16)."""
+    a chunk boundary that skips tokens, a partial last tile sent to an epilogue copy of fewer
+    rows than it has tokens (6, 13, 24: tiles of 6, 13, 8 tokens; copies of 4, 8, 16), and the
+    vpdpbusd remainder of 1-2 tokens (1, 2, 17, 18, 33, 130) with a wrong zero-point start
+    (Q8_0/Q4_0 as q + 128 / q + 120: -128 s_a) or the min term left out (Q4_1)."""
     isa = detect()
     if "amx" not in isa.levels or not any(v.family == "amx" and v.usable(isa) for v in OP.variants):
         pytest.skip("this CPU (or OS) has no AMX-INT8 tiles")
@@ -214,7 +216,7 @@ def test_amx_tiles_give_the_panels_bits(dtype):
         panel = build(next(s for s in specs if s.family == "panel"), isa)
         amx = [build(s, isa) for s in specs if s.family == "amx"]
         assert amx
-        for n in (1, 3, 6, 13, 16, 17, 24, 33, 130):
+        for n in (1, 2, 3, 6, 13, 16, 17, 18, 24, 33, 130):
             case, want = _case(dtype, M, K, acc, n)
             y = case.buffers["y"]
             for nth in (1, 2, 3, 16):

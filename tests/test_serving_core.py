@@ -163,6 +163,16 @@ def test_stress_200_requests_and_100_disconnects(stories_model, tok, stories_exp
            for k, b in uniq.items()}
     eng = create_engine(stories_model, "jit", n_ctx=112, max_seqs=6, block_size=BS,
                         kv_blocks=12)
+    # the engine's first step waits until every client's first request is queued: the pressure
+    # (preemption, eviction) then comes from 20 requests at once, not from how fast 20 client
+    # threads happen to post on a loaded machine (with the engine racing them, a CI run once
+    # saw no preemption at all)
+    first_wave, forward = threading.Event(), eng.forward
+
+    def gated_forward(batch):
+        first_wave.wait(60 * TIME_SCALE)
+        return forward(batch)
+    eng.forward = gated_forward
     app = create_app(eng, ServerConfig(model=stories_model.path, max_seqs=6, queue_size=400,
                                            adaptive_boot=0))
     sched = app.reame.service.scheduler
@@ -177,6 +187,11 @@ def test_stress_200_requests_and_100_disconnects(stories_model, tok, stories_exp
     threads = [threading.Thread(target=worker, args=(k,)) for k in range(20)]
     for t in threads:
         t.start()
+    import time
+    deadline = time.monotonic() + 60 * TIME_SCALE
+    while sched._n_waiting + sched.planner.n_running < 20 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    first_wave.set()
     for t in threads:
         t.join(300 * TIME_SCALE)
     for body, r in zip(bodies, results):
@@ -197,7 +212,6 @@ def test_stress_200_requests_and_100_disconnects(stories_model, tok, stories_exp
             next(iter(it))
         for _, it in streams:
             it.close()                              # what the WSGI server does on disconnect
-    import time
     t = time.monotonic() + 10 * TIME_SCALE
     while (p.running or p.waiting) and time.monotonic() < t:
         time.sleep(0.01)

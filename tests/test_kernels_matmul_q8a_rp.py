@@ -128,3 +128,25 @@ def test_reads_stay_inside_the_records(dtype, at_end):
     """Records between PROT_NONE pages: no variant x tile x level loads a byte outside them."""
     for level in ("native", "avx2"):
         check_reads_inside_weights(OP, dtype, _isa(level), ((16, 32), (48, 96)), at_end)
+
+
+def test_prompt_programs_start_on_the_8_row_passes_below_avx512_vnni_only():
+    """Q4_0/Q4_1 prompt programs start on the 8-row passes (lanes = 8) at the 256-bit levels,
+    steps and Q8_0/IQ4_NL never; at avx512_vnni and up, where this op's `panel` variant of level
+    avx2 renders zmm tiles, not at all. Catches the variant without min_tokens (offered to
+    steps) or without `below` (the zmm levels would start on, and offer the adaptive runtime, a
+    second name for the same zmm kernel)."""
+    from reame.jit.select import choose
+    from reame.tensor_types import PROMPT_STEP
+    dims = dict(M=256, K=256, acc=0)
+    low = _isa("avx2")
+    for dtype in TYPES:
+        for n in (1, 8, 16, PROMPT_STEP, 512):
+            tile = dict(choose(OP.name, dtype, low, n, **dims).params)
+            want = 8 if dtype in HALVES_TYPES and n >= PROMPT_STEP else None
+            assert tile.get("lanes") == want, (dtype, n, tile)
+    native = _isa("native")
+    if native.has("avx512_vnni"):
+        for dtype in TYPES:
+            assert "lanes" not in dict(choose(OP.name, dtype, native, 512, **dims).params)
+            assert not any("lanes" in dict(s.params) for s in OP.specs(dtype, native, **dims))

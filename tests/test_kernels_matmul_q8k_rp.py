@@ -168,3 +168,37 @@ def test_reads_stay_inside_the_records(dtype, at_end):
     """Records between PROT_NONE pages: no variant x tile loads a byte outside them (prefetches
     may run ahead: they do not fault)."""
     check_reads_inside_weights(OP, dtype, _isa("native"), ((16, 256), (48, 512)), at_end)
+
+
+def test_prompt_programs_start_on_the_8_row_passes_and_steps_do_not(monkeypatch):
+    """select.choose: programs of >= PROMPT_STEP tokens below avx512_vnni start on the 8-row
+    passes (lanes = 8) for the HALVES_TYPES, steps and every other type or level on the 16-lane
+    tiles. Catches the variant offered to steps (min_tokens dropped: steps read weights from
+    DRAM, where the passes lose) or offered at the zmm levels (`below` dropped: a second name
+    for the same zmm kernel among the adaptive runtime's candidates), and, with a made-up op
+    whose tile order favours the general variant, a choose() that does not prefer at one level
+    the variant declared for bigger programs."""
+    from reame.codegen.ops.base import Op, Variant
+    from reame.jit import select
+    from reame.tensor_types import PROMPT_STEP
+    dims = dict(M=256, K=256, acc=0)
+    low = _isa("avx2")
+    for dtype in TYPES:
+        for n in (1, 4, 16, PROMPT_STEP, 512):
+            tile = dict(select.choose(OP.name, dtype, low, n, **dims).params)
+            want = 8 if dtype in HALVES_TYPES and n >= PROMPT_STEP else None
+            assert tile.get("lanes") == want, (dtype, n, tile)
+    native = _isa("native")
+    if native.has("avx512_vnni"):
+        for dtype in TYPES:
+            tile = dict(select.choose(OP.name, dtype, native, 512, **dims).params)
+            assert "lanes" not in tile, (dtype, tile)
+            # nor among the candidates the adaptive runtime may measure (the same zmm kernel)
+            assert not any("lanes" in dict(s.params) for s in OP.specs(dtype, native, **dims))
+    fake = Op(name="fake", args=("w",), dims=("M",), make_case=None, reference=None,
+              variants=(Variant("a", "avx2", ("F32",), ({"nt": 8},)),
+                        Variant("b", "avx2", ("F32",), ({"nt": 8, "z": 1},),
+                                min_tokens=PROMPT_STEP)))
+    monkeypatch.setattr(select.registry, "get_op", lambda name: fake)
+    assert select.choose("fake", "F32", low, 512, M=16).family == "b"
+    assert select.choose("fake", "F32", low, 16, M=16).family == "a"

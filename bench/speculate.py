@@ -21,9 +21,10 @@ earlier request, half of those with the same question again (the same request), 
 another question, as agents re-read the same content.
 --control adds a control workload: 48 unique short chats (no shared content; 16 with --quick) at
 16 concurrent requests, for reame-off and reame-on only (fresh servers), --control-rounds times
-(default 3; 1 with --quick) in alternating order (off, on; on, off; ...: the machine's drift
+(default 6; 1 with --quick) in alternating order (off, on; on, off; ...: the machine's drift
 falls on both): one p95 of 48 requests moves by ~10% from server to server, more than the line
-it checks. The control line pools the rounds: throughput on / off (completion tokens over the
+it checks (2026-12-05, three rounds: per round 1.27x, 1.00x, 1.03x; the pooled ratio 1.05-1.11x
+in four runs of the same code within an hour), so the rounds are many and short (~15 s). The control line pools the rounds: throughput on / off (completion tokens over the
 summed wall times) and the p95 time per output token over every round's requests.
 
 Requests are sent by C workers (each takes the next request, in index order, when its previous
@@ -73,7 +74,7 @@ REPO = trace.REPO
 DEFAULT_GGUF = REPO.parent / "shared" / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
 SERVERS = ("reame-off", "reame-on", "reame-restart", "llama", "llama-ngram")
 DEFAULTS = dict(requests=60, concurrency="1,4", max_tokens=200, control_requests=48,
-                control_rounds=3)
+                control_rounds=6)
 QUICK = dict(requests=12, concurrency="1", max_tokens=48, control_requests=16, control_rounds=1)
 CONTROL_CONCURRENCY = 16
 CHAT = "/v1/chat/completions"
@@ -669,7 +670,7 @@ def parse_args(argv):
     ap.add_argument("--control-requests", type=int, help="requests of the control workload "
                     "(default 48)")
     ap.add_argument("--control-rounds", type=int, help="control rounds, alternating the "
-                    "servers' order (default 3)")
+                    "servers' order (default 6)")
     ap.add_argument("--json", default=str(REPO / "bench" / "results" / "speculate.json"))
     ap.add_argument("--markdown", default=None, help="put the table in this Markdown file")
     ap.add_argument("--plot", default=None, help="PNG of decode tok/s per request")

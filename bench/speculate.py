@@ -25,7 +25,12 @@ another question, as agents re-read the same content.
 falls on both): one p95 of 48 requests moves by ~10% from server to server, more than the line
 it checks (2026-12-05, three rounds: per round 1.27x, 1.00x, 1.03x; the pooled ratio 1.05-1.11x
 in four runs of the same code within an hour), so the rounds are many and short (~15 s). The control line pools the rounds: throughput on / off (completion tokens over the
-summed wall times) and the p95 time per output token over every round's requests.
+summed wall times) and the p95 time per output token over every round's requests; then, as
+diagnostics, the same p95 ratio without each round's last 16 requests (the drain, where fewer
+run at once and which requests overlap depends on how fast the earlier ones went) and
+reame-on's own accounting per round (GET /v1/adaptive "speculation" tpot_vs_no_drafts: each
+sequence's time per token on the measured step costs over its tokens' cost on steps without
+drafts; the guard keeps it at most 1.03 where only others' drafts lengthened its steps).
 
 Requests are sent by C workers (each takes the next request, in index order, when its previous
 one finished) for each C of --concurrency. Per concurrency level the servers run one after the
@@ -522,9 +527,33 @@ def control_lines(runs: list[dict]) -> list[str]:
     off, on = pooled["reame-off"], pooled["reame-on"]
     thr = (on["tokens"] / on["wall"]) / (off["tokens"] / off["wall"])
     t_off, t_on = (trace.percentile(p["tpot"], 95) for p in (off, on))
-    return [f"control, {on['n']} round(s) pooled: throughput reame-on / reame-off "
-            f"{thr:.3f}x, p95 time per output token {t_on * 1e3:.1f} / {t_off * 1e3:.1f} ms "
-            f"({t_on / t_off:.3f}x) over {len(on['tpot'])} / {len(off['tpot'])} requests"]
+    out = [f"control, {on['n']} round(s) pooled: throughput reame-on / reame-off "
+           f"{thr:.3f}x, p95 time per output token {t_on * 1e3:.1f} / {t_off * 1e3:.1f} ms "
+           f"({t_on / t_off:.3f}x) over {len(on['tpot'])} / {len(off['tpot'])} requests"]
+    # the same without each round's last CONTROL_CONCURRENCY requests (the drain: fewer run at
+    # once, and in which order depends on how fast the earlier ones went)
+    head = {}
+    for r in runs:
+        if r["workload"] == "control" and r["server"] in ("reame-off", "reame-on"):
+            n = len(r["requests"])
+            head.setdefault(r["server"], []).extend(
+                1 / x["decode_tok_s"] for x in r["requests"]
+                if x["decode_tok_s"] and x["i"] < n - CONTROL_CONCURRENCY)
+    if all(head.get(k) for k in ("reame-off", "reame-on")):
+        h_off, h_on = (trace.percentile(head[k], 95) for k in ("reame-off", "reame-on"))
+        out.append(f"control without each round's last {CONTROL_CONCURRENCY} requests (the "
+                   f"drain): p95 time per output token {h_on / h_off:.3f}x")
+    # the guard's own accounting: each finished sequence's time per token on the step-cost
+    # curve over what its tokens cost on steps without drafts (GET /v1/adaptive)
+    guard = [r["speculation"]["tpot_vs_no_drafts"] for r in runs
+             if r["workload"] == "control" and r["server"] == "reame-on"
+             and (r.get("speculation") or {}).get("tpot_vs_no_drafts")]
+    if guard:
+        out.append("control, reame-on's guard (each sequence's time per token on the measured "
+                   "step costs / on steps without drafts), per round: p95 "
+                   + ", ".join(f"{g['p95']:.3f}" for g in guard) + "; max "
+                   + ", ".join(f"{g['max']:.3f}" for g in guard))
+    return out
 
 
 def identity_lines(runs: list[dict]) -> list[str]:

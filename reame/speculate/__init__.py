@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import deque
 
 from .control import MAX_DRAFT, TPOT_MARGIN, Acceptance, StepCost, allocate
 from .index import CHUNK, Candidate, TokenIndex
@@ -35,6 +36,7 @@ MODES = ("auto", "on", "off")
 EXPLORE_EVERY = 32      # one in this many steps that could draft more drafts one token more
 MIN_CONF = 0.5          # a draft stops where fewer than half of its sources agree
 SLACK_STEPS = 32        # a sequence's slack is kept within +-this many one-step costs
+GUARD_SEQS = 256        # finished sequences whose time per token the report summarises
 
 
 class SeqState:
@@ -53,6 +55,18 @@ class SeqState:
         self.sources: list[tuple[TokenIndex, int]] = []   # documents behind the last draft
         self.slack = 0.0                        # seconds ahead of the time-per-token guard
         self.emitted = 1                        # tokens the last verify step emitted for it
+        self.spent = 0.0                        # the curve's cost of the steps it was in...
+        self.fair = 0.0                         # ...and of its tokens on steps without drafts
+
+
+def _summary(ratios) -> dict | None:
+    """The finished sequences' time per token relative to steps without drafts: p50, p95, the
+    least and the most (None before any)."""
+    if not ratios:
+        return None
+    r = sorted(ratios)
+    return {"sequences": len(r), "min": round(r[0], 4), "p50": round(r[len(r) // 2], 4),
+            "p95": round(r[min(len(r) - 1, int(0.95 * len(r)))], 4), "max": round(r[-1], 4)}
 
 
 def request_class(seq) -> str:
@@ -91,6 +105,10 @@ class Speculator:
         self.drafts = self.draft_tokens = self.accepted_tokens = 0
         self.accepted_per_pos = [0] * MAX_DRAFT
         self.emitted = 0                        # tokens emitted by sequences that verified
+        # per finished sequence: its time per token relative to steps without drafts, on the
+        # curve (the guard's own accounting): < 1 gained from drafts, <= 1 + TPOT_MARGIN when
+        # only others' drafts lengthened its steps
+        self.tpot_ratios: deque = deque(maxlen=GUARD_SEQS)
         self.loaded_docs = 0
         self.t0 = time.monotonic()
 
@@ -102,6 +120,12 @@ class Speculator:
         all); [] where the controller finds drafting loses."""
         self._settle()
         if not self._may_pay(len(seqs), base_tokens, max_total):
+            c0 = self.cost(base_tokens)          # a step without drafts: one token each
+            for seq in seqs:
+                st = self.states.get(id(seq))
+                if st is not None:
+                    st.spent += c0
+                    st.fair += c0
             return [[] for _ in seqs]
         offers, cands = [], []
         for seq, cap in zip(seqs, caps):
@@ -243,10 +267,15 @@ class Speculator:
         bound = SLACK_STEPS * c0
         for st in states:
             st.slack = max(-bound, min(bound, st.slack + (1 + TPOT_MARGIN) * st.emitted * c0 - c))
+            st.spent += c
+            st.fair += st.emitted * c0
 
     def finished(self, seq) -> None:
         """seq is done: forget its state; its prompt and output join the global index."""
         st = self.states.pop(id(seq), None)
+        if st is not None and st.fair > 0:
+            with self.lock:
+                self.tpot_ratios.append(st.spent / st.fair)
         out = seq.tokens[seq.n_prompt:]
         if self.learn and (out or st is not None):
             with self.lock:
@@ -271,6 +300,7 @@ class Speculator:
                           "max_tokens": g.max_tokens, "evictions": g.evictions,
                           "loaded_documents": self.loaded_docs},
                 "step_cost_s": self.cost.curve(),
+                "tpot_vs_no_drafts": _summary(self.tpot_ratios),
             }
         return out
 

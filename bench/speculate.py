@@ -24,8 +24,9 @@ another question, as agents re-read the same content.
 (default 6; 1 with --quick) in alternating order (off, on; on, off; ...: the machine's drift
 falls on both): one p95 of 48 requests moves by ~10% from server to server, more than the line
 it checks (2026-12-05, three rounds: per round 1.27x, 1.00x, 1.03x; the pooled ratio 1.05-1.11x
-in four runs of the same code within an hour), so the rounds are many and short (~15 s). The control line pools the rounds: throughput on / off (completion tokens over the
-summed wall times) and the p95 time per output token over every round's requests; then, as
+in four runs of the same code within an hour), so the rounds are many and short (~15 s). The
+control line pools the rounds: throughput on / off (completion tokens over the summed wall
+times) and the p95 time per output token over every round's requests; then, as
 diagnostics, the same p95 ratio without each round's last 16 requests (the drain, where fewer
 run at once and which requests overlap depends on how fast the earlier ones went) and
 reame-on's own accounting per round (GET /v1/adaptive "speculation" tpot_vs_no_drafts: each

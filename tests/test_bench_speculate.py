@@ -388,3 +388,25 @@ def test_missing_llama_server_and_restart_without_on_are_skipped(fake, tmp_path,
         assert "note: matplotlib is not installed: no plot" in printed
     with pytest.raises(SystemExit):
         sp.parse_args(["--servers", "reame,vllm"])
+
+
+def test_control_lines_split_off_the_drain_and_show_the_guard():
+    """The control's diagnostics: the p95 ratio without each round's last 16 requests (the
+    drain) and reame-on's tpot_vs_no_drafts per round. Requests 0-23 of 40 are as fast with
+    speculation on, the last 16 slower: the pooled p95 ratio is above one, the drain-less one
+    exactly one. Catches a filter dropping the first 16 instead of the last (its ratio would be
+    the slow requests') or the guard's figures read from another run."""
+    def run(server, slow, guard=None):
+        reqs = [{"i": i, "decode_tok_s": 20.0 if slow and i >= 24 else 40.0 - i % 7}
+                for i in range(40)]
+        return {"workload": "control", "server": server, "requests": reqs,
+                "summary": {"completion_tokens": 4000, "wall_s": 10.0},
+                "speculation": {"tpot_vs_no_drafts": guard} if guard else None}
+    g = [{"p95": 1.021, "max": 1.03}, {"p95": 1.025, "max": 1.031}]
+    runs = [run("reame-off", False), run("reame-on", True, g[0]),
+            run("reame-on", True, g[1]), run("reame-off", False),
+            {**run("reame-on", False, {"p95": 9.0, "max": 9.0}), "workload": "repetitive"}]
+    lines = sp.control_lines(runs)
+    assert "(1.700x)" in lines[0] and lines[1].endswith("p95 time per output token 1.000x")
+    assert lines[2].endswith("per round: p95 1.021, 1.025; max 1.030, 1.031")
+

@@ -392,10 +392,13 @@ class Scheduler:
         self.steps += 1
         t = time.monotonic()
         ended = {}
-        if self.speculator is not None:
+        if self.speculator is not None and not getattr(self.adaptive, "trial_step", False):
             # the step's cost for the draft-length choice: planning and the forward pass. What
             # follows (sampling, detokenising, events) costs per emitted token, as much for a
-            # token of a draft as for one of a step of its own: not a cost of drafting
+            # token of a draft as for one of a step of its own: not a cost of drafting. A step
+            # running a kernel trial's arm is left out, as the batch and budget tuners leave it
+            # out: its kernels are not the live ones, and a slow arm's times would price its
+            # step size above what the live kernels cost
             self.speculator.step_done(len(plan.batch), time.perf_counter() - t0)
         outcomes = self.planner.apply(plan, logits, self.engine.final_hidden)
         for o in outcomes:

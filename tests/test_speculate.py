@@ -391,6 +391,50 @@ def test_the_report_shows_each_sequences_time_per_token_against_steps_without_dr
     assert np.allclose(sorted(spec.tpot_ratios)[4:], measured, atol=0.01)
 
 
+class SchedGen(FakeGen):
+    """FakeGen as the scheduler drives it (no grammar; finish() ends it)."""
+    constraint = None
+
+    def finish(self, reason):
+        self.finished = True
+        return ""
+
+
+class TrialEveryOther:
+    """An adaptive runtime whose kernel tuner runs a trial's arm every other step."""
+    pool = None
+
+    def __init__(self):
+        self.steps, self.trial_step = 0, False
+        self.profile = SimpleNamespace(arrival=lambda n: None, finished=lambda *a: None)
+
+    def before_step(self, plan):
+        self.steps += 1
+        self.trial_step = self.steps % 2 == 0
+
+    def after_step(self, *args, **kwargs):
+        pass
+
+
+def test_steps_of_a_kernel_trial_are_not_priced_into_the_step_cost_curve():
+    """A step that runs a kernel trial's arm (other kernels than the live ones, maybe slower)
+    does not reach the speculation's step-cost curve, as it reaches neither the batch nor the
+    budget tuner. Catches a scheduler feeding every step's time to the curve."""
+    from reame.scheduler import Scheduler
+    spec = Speculator(1000)
+    eng = FakeEngine(4, 256, 4, 512, echo_row, np.int64)
+    rt = TrialEveryOther()
+    s = Scheduler(eng, SchedulerParams(max_batch=4), adaptive=rt, speculator=spec)
+    rng = np.random.default_rng(7)
+    reqs = [s.submit([echo_prompt(rng)], [[SchedGen(30)]]) for _ in range(2)]
+    for _ in range(500):
+        if all(r.finished for r in reqs):
+            break
+        s.step(0.0)
+    assert all(r.finished for r in reqs) and rt.steps > 10
+    assert spec.cost.steps == (rt.steps + 1) // 2          # the odd steps only
+
+
 # ---- speculative sampling keeps the distribution ----
 
 V = 4                                          # a vocabulary small enough to count outcomes

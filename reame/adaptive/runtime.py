@@ -368,6 +368,12 @@ class AdaptiveRuntime:
 
     # ---- every step (the engine thread) ----
 
+    @property
+    def trial_step(self) -> bool:
+        """Whether the step since before_step runs a kernel trial's arm (its time is not the
+        live kernels': the batch, budget and speculation's step-cost curve leave it out)."""
+        return self.tuner is not None and self.tuner.trial_step
+
     def before_step(self, plan) -> None:
         self._t_step = time.monotonic()
         if self.tuner is None:
@@ -390,10 +396,10 @@ class AdaptiveRuntime:
         if self.profile.outputs and self.batch.steps % 64 == 0:   # a generation's length
             self.batch.cycle = int(percentile(self.profile.outputs, 0.5))
         self.batch.observe(n_sampled, now - self._t_step, decode_only, running, waiting,
-                           trial=self.tuner is not None and self.tuner.trial_step)
+                           trial=self.trial_step)
         if self.enabled:                     # the next step's budget (after the batch's limit)
             self.budget.after_step(plan, now - self._t_step, running,
-                                   trial=self.tuner is not None and self.tuner.trial_step,
+                                   trial=self.trial_step,
                                    sampled=n_sampled)
         self._track_prefixes(plan)
         if self.tuner is not None:

@@ -518,10 +518,16 @@ def control_lines(runs: list[dict]) -> list[str]:
     pooled = {}
     for r in runs:
         if r["workload"] == "control" and r["server"] in ("reame-off", "reame-on"):
-            p = pooled.setdefault(r["server"], {"tokens": 0, "wall": 0.0, "tpot": [], "n": 0})
+            p = pooled.setdefault(r["server"], {"tokens": 0, "wall": 0.0, "tpot": [], "n": 0,
+                                                "head": []})
             p["tokens"] += r["summary"]["completion_tokens"]
             p["wall"] += r["summary"]["wall_s"]
             p["tpot"] += [1 / x["decode_tok_s"] for x in r["requests"] if x["decode_tok_s"]]
+            # without the round's last CONTROL_CONCURRENCY requests (the drain: fewer run at
+            # once, and which overlap depends on how fast the earlier ones went)
+            last = len(r["requests"]) - CONTROL_CONCURRENCY
+            p["head"] += [1 / x["decode_tok_s"] for x in r["requests"]
+                          if x["decode_tok_s"] and x["i"] < last]
             p["n"] += 1
     if len(pooled) < 2 or not all(p["wall"] and p["tpot"] for p in pooled.values()):
         return []
@@ -531,17 +537,8 @@ def control_lines(runs: list[dict]) -> list[str]:
     out = [f"control, {on['n']} round(s) pooled: throughput reame-on / reame-off "
            f"{thr:.3f}x, p95 time per output token {t_on * 1e3:.1f} / {t_off * 1e3:.1f} ms "
            f"({t_on / t_off:.3f}x) over {len(on['tpot'])} / {len(off['tpot'])} requests"]
-    # the same without each round's last CONTROL_CONCURRENCY requests (the drain: fewer run at
-    # once, and in which order depends on how fast the earlier ones went)
-    head = {}
-    for r in runs:
-        if r["workload"] == "control" and r["server"] in ("reame-off", "reame-on"):
-            n = len(r["requests"])
-            head.setdefault(r["server"], []).extend(
-                1 / x["decode_tok_s"] for x in r["requests"]
-                if x["decode_tok_s"] and x["i"] < n - CONTROL_CONCURRENCY)
-    if all(head.get(k) for k in ("reame-off", "reame-on")):
-        h_off, h_on = (trace.percentile(head[k], 95) for k in ("reame-off", "reame-on"))
+    if off["head"] and on["head"]:
+        h_off, h_on = (trace.percentile(p["head"], 95) for p in (off, on))
         out.append(f"control without each round's last {CONTROL_CONCURRENCY} requests (the "
                    f"drain): p95 time per output token {h_on / h_off:.3f}x")
     # the guard's own accounting: each finished sequence's time per token on the step-cost

@@ -391,15 +391,6 @@ def test_the_report_shows_each_sequences_time_per_token_against_steps_without_dr
     assert np.allclose(sorted(spec.tpot_ratios)[4:], measured, atol=0.01)
 
 
-class SchedGen(FakeGen):
-    """FakeGen as the scheduler drives it (no grammar; finish() ends it)."""
-    constraint = None
-
-    def finish(self, reason):
-        self.finished = True
-        return ""
-
-
 class TrialEveryOther:
     """An adaptive runtime whose kernel tuner runs a trial's arm every other step."""
     pool = None
@@ -421,6 +412,7 @@ def test_steps_of_a_kernel_trial_are_not_priced_into_the_step_cost_curve():
     does not reach the speculation's step-cost curve, as it reaches neither the batch nor the
     budget tuner. Catches a scheduler feeding every step's time to the curve."""
     from reame.scheduler import Scheduler
+    from test_adaptive_budget import FakeGen as SchedGen     # FakeGen as a scheduler drives it
     spec = Speculator(1000)
     eng = FakeEngine(4, 256, 4, 512, echo_row, np.int64)
     rt = TrialEveryOther()

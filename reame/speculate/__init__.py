@@ -273,12 +273,11 @@ class Speculator:
     def finished(self, seq) -> None:
         """seq is done: forget its state; its prompt and output join the global index."""
         st = self.states.pop(id(seq), None)
-        if st is not None and st.fair > 0:
-            with self.lock:
-                self.tpot_ratios.append(st.spent / st.fair)
         out = seq.tokens[seq.n_prompt:]
-        if self.learn and (out or st is not None):
-            with self.lock:
+        with self.lock:
+            if st is not None and st.fair > 0:
+                self.tpot_ratios.append(st.spent / st.fair)
+            if self.learn and (out or st is not None):
                 self.global_.add_request(seq.tokens[:seq.n_prompt], out)
 
     # ---- report and persistence ----

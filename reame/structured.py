@@ -60,7 +60,9 @@ _LIMITS = None
 # 100 s in all before its row hit 2000; at 500 it fails after 250 tokens, 14 ms at most per
 # token. Tool grammars of 128 tools and JSON schemas with anyOf of 60 objects need under 200.
 MAX_ITEMS_IN_ROW = 500
-# one mask computation longer than this ends the request (a safety net: masks take ~1 ms)
+# one mask computation longer than this ends the request (a safety net: masks take ~1 ms);
+# counted in the computing thread's CPU time, so that a loaded machine (the thread waiting for a
+# core or for the GIL) does not end a request whose grammar is cheap
 STEP_SECONDS = 0.5
 
 
@@ -437,9 +439,9 @@ class Constraint:
     def prepare(self) -> None:
         """Compute the next token's mask now (any thread; llguidance drops the GIL)."""
         if not self._ready:
-            t = time.perf_counter()
+            t = time.thread_time()
             self.matcher.unsafe_compute_mask_ptr(self._bits.ctypes.data, self._bits.nbytes)
-            t = time.perf_counter() - t
+            t = time.thread_time() - t
             if t > STEP_SECONDS:
                 self._slow = t
             self._ready = True

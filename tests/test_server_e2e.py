@@ -44,7 +44,7 @@ class ReameServer:
     """`reame serve MODEL` (or any command) on a free loopback port; waits for /health."""
 
     def __init__(self, model, *args, cmd=None, env=None, port=None, log_dir=None,
-                 start_timeout=60 * TIME_SCALE, new_session=False):
+                 start_timeout=180 * TIME_SCALE, new_session=False):
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = Path(log_dir or "/tmp") / f"reame-serve-{self.port}.log"

@@ -114,6 +114,42 @@ def test_masks_are_computed_beside_the_forward_pass(sched, tok, monkeypatch):
     assert "reame-masks" in seen
 
 
+class _TimedMatcher:
+    """A matcher whose mask computation either burns CPU or only waits (a loaded machine: the
+    thread waits for a core or for the GIL) for `seconds`."""
+
+    def __init__(self, seconds, busy):
+        self.seconds, self.busy = seconds, busy
+
+    def deep_copy(self):
+        return self
+
+    def is_error(self):
+        return False
+
+    def unsafe_compute_mask_ptr(self, ptr, nbytes):
+        import time
+        if not self.busy:
+            time.sleep(self.seconds)
+            return
+        t = time.thread_time()
+        while time.thread_time() - t < self.seconds:
+            pass
+
+
+def test_the_mask_time_limit_counts_cpu_time_not_waiting(tok, monkeypatch):
+    """A mask that costs more CPU than STEP_SECONDS ends the request with a GrammarError; one
+    whose thread only waited as long (a loaded machine) does not. Catches the limit measured in
+    wall time (a CI machine under load failed a cheap JSON schema at 0.58 s) and a limit never
+    checked."""
+    monkeypatch.setattr(S, "STEP_SECONDS", 0.05)
+    waited = S.Constraint(S.Grammar("{}", "json_schema", _TimedMatcher(0.15, busy=False)), tok)
+    assert waited.mask().shape == (tok.n_vocab,)
+    busy = S.Constraint(S.Grammar("{}", "json_schema", _TimedMatcher(0.15, busy=True)), tok)
+    with pytest.raises(S.GrammarError, match="to compute one token's choices"):
+        busy.mask()
+
+
 def test_max_tokens_inside_a_value_ends_with_length(sched, tok):
     g = S.compile_grammar(S.json_schema({"type": "object", "properties": {
         "text": {"type": "string"}}, "required": ["text"]}), tok, "json_schema")

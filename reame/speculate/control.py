@@ -3,12 +3,16 @@ second, from measured step costs and observed acceptance.
 
 - `StepCost`: the live cost curve, seconds of a scheduler step (forward pass and sampling) by
   the tokens it computes, measured on this server: the median of the last `SAMPLES` steps per
-  token count up to 64, per power-of-two range above. A step never costs less than a smaller
-  one, so the curve read is the lower envelope from above (cost(n) = the least measured cost of
-  n or more tokens: one slow outlier does not bar a size); a count never measured is
-  interpolated between measured neighbours, and beyond the largest measured one costs
-  `PRIOR_SLOPE` of the one-token step per token more, an optimistic guess that one step then
-  measures. Estimates not refreshed for `STALE_STEPS` steps count as unmeasured again.
+  token count up to 64, per power-of-two range above (a range's point sits at the median token
+  count of its steps). A step never costs less than a smaller one, so the curve read is the
+  lower envelope from above (cost(n) = the least measured cost of n or more tokens: one slow
+  outlier does not bar a size); a count between two points is interpolated between them, also
+  inside a range above 64 (read flat at its point, drafts beside a prompt chunk looked free up to
+  the range's end: on a 2-vCPU EPYC without AMX 16 sequences' steps with a 90-token chunk took
+  ~14 draft tokens at no cost on the curve, +10% on every neighbour's step, 2026-12-05), and
+  beyond the largest measured one costs `PRIOR_SLOPE` of the one-token step per token more, an
+  optimistic guess that one step then measures. Estimates not refreshed for `STALE_STEPS` steps
+  count as unmeasured again.
 - `Acceptance`: per request class (reame/speculate/__init__.py) and match-length range, how often
   the draft token at each depth was accepted once the ones before it were (Beta-smoothed,
   decayed so that it follows a change of traffic).
@@ -98,7 +102,7 @@ class StepCost:
                 lo = (x, v)
             elif hi is None:
                 hi = (x, v)
-        if lo and lo[0] == n or lo and _bin(lo[0]) == _bin(n):
+        if lo and lo[0] == n:
             return lo[1]
         if lo and hi:
             (x0, v0), (x1, v1) = lo, hi

@@ -257,6 +257,31 @@ def test_drafts_beside_a_prompt_chunk_are_priced_inside_a_range_of_sizes():
     assert k <= 4 and c(106 + k) <= 1.03 * c(106)
 
 
+def test_drafts_that_fill_a_step_up_to_a_cheaply_measured_size_are_not_free():
+    """Step costs by token count mix compositions: 15 decode rows beside a 43-token prompt
+    chunk (58 tokens) measured slower than a 97-token step, so the envelope reads 58..97 flat.
+    Drafts priced on the curve alone filled such steps for free (2-vCPU EPYC without AMX: ~40
+    draft tokens a step, every neighbour's step 15-20% longer while the guard saw no cost);
+    priced at least at the slope of the curve's top (~0.5 ms a token here) the guard holds them
+    to its 3% margin. On a straight curve the floor changes nothing. Catches drafts priced on
+    the curve alone (all 15 taken)."""
+    c = StepCost()
+    for _ in range(8):
+        c.observe(15, 0.021)
+        c.observe(16, 0.020)
+        c.observe(58, 0.085)
+        c.observe(97, 0.080)
+        c.observe(192, 0.126)
+    assert c(58) == c(97) == pytest.approx(0.080)            # the envelope: flat
+    assert c.slope() == pytest.approx(0.046 / 95)
+    assert c.priced(58, 39) == pytest.approx(0.080 + 39 * 0.046 / 95)
+    k = choose([[0.9] * 15] + [[]] * 14, 58, c, 100)[0]
+    assert k <= 5 and c.priced(58, k) <= 1.03 * c(58)
+    lin = curve(CHEAP)
+    assert all(lin.priced(b, k) == pytest.approx(lin(b + k), rel=1e-3)
+               for b in (1, 16, 100) for k in (1, 8, 15))
+
+
 def run_with_costs(cost_fn, seed=0):
     """The planner with a speculator whose step costs come from cost_fn (a simulated machine),
     4 echoing sequences of 60 tokens: (verify steps, steps)."""

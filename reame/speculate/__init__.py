@@ -153,7 +153,7 @@ class Speculator:
                 ks[i] += 1
         for st in states:
             st.emitted = 1
-        self._pending = (self.cost(base_tokens), self.cost(base_tokens + sum(ks)), states)
+        self._pending = (self.cost(base_tokens), self.cost.priced(base_tokens, sum(ks)), states)
         return [d[:k] for d, k in zip(cands, ks)]
 
     def _may_pay(self, n_seqs: int, base_tokens: int, max_total: int) -> bool:
@@ -168,7 +168,7 @@ class Speculator:
         rate = base_tokens / c(base_tokens)
         for per_seq in (1, 2, 4, 8, MAX_DRAFT):
             k = min(max_total, per_seq * n_seqs)
-            if (base_tokens + k) / c(base_tokens + k) > rate:
+            if (base_tokens + k) / c.priced(base_tokens, k) > rate:
                 return True
         return False
 

@@ -13,6 +13,7 @@ from falcon import testing
 from reame.engines import create_engine
 from reame.reasoning import effort_kwargs
 from reame.server import ServerConfig, create_app
+from reame.speculate.control import StepCost
 
 N_CTX = 256
 HI = [{"role": "user", "content": "Once upon a time"}]
@@ -147,7 +148,7 @@ def test_reasoning_effort_reaches_the_template(stories_model):
         stop(app)
 
 
-class FlatCost:
+class FlatCost(StepCost):
     """A step costs the same whatever its tokens (a big model on a memory-bound CPU): drafting
     always pays, so only the drafts' sources decide what is accepted."""
 

@@ -7,12 +7,12 @@ second, from measured step costs and observed acceptance.
   count of its steps). A step never costs less than a smaller one, so the curve read is the
   lower envelope from above (cost(n) = the least measured cost of n or more tokens: one slow
   outlier does not bar a size); a count between two points is interpolated between them, also
-  inside a range above 64 (read flat at its point, drafts beside a prompt chunk looked free up to
-  the range's end: on a 2-vCPU EPYC without AMX 16 sequences' steps with a 90-token chunk took
-  ~14 draft tokens at no cost on the curve, +10% on every neighbour's step, 2026-12-05), and
-  beyond the largest measured one costs `PRIOR_SLOPE` of the one-token step per token more, an
-  optimistic guess that one step then measures. Estimates not refreshed for `STALE_STEPS` steps
-  count as unmeasured again.
+  inside a range above 64 (read flat at its point, drafts beside a long prompt chunk would look
+  free up to the range's end), and beyond the largest measured one costs `PRIOR_SLOPE` of the
+  one-token step per token more, an optimistic guess that one step then measures. Estimates not
+  refreshed for `STALE_STEPS` steps count as unmeasured again. Draft tokens are priced with
+  `priced`: the curve, but at least its top's slope per token (the envelope can read a stretch
+  of sizes flat).
 - `Acceptance`: per request class (reame/speculate/__init__.py) and match-length range, how often
   the draft token at each depth was accepted once the ones before it were (Beta-smoothed,
   decayed so that it follows a change of traffic).

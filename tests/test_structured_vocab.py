@@ -338,7 +338,10 @@ def _top_keys(text: str) -> list[str]:
                 keys.append(json.loads(text[i:j + 1]))
             i = j + 1
             continue
-        depth += ch in "{[" and 1 or -(ch in "}]")
+        if ch in "{[":
+            depth += 1
+        elif ch in "}]":
+            depth -= 1
         i += 1
     return keys
 

@@ -153,7 +153,8 @@ class Speculator:
                 ks[i] += 1
         for st in states:
             st.emitted = 1
-        self._pending = (self.cost(base_tokens), self.cost.priced(base_tokens, sum(ks)), states)
+        c0 = self.cost(base_tokens)
+        self._pending = (c0, self.cost.priced(base_tokens, sum(ks), c0), states)
         return [d[:k] for d, k in zip(cands, ks)]
 
     def _may_pay(self, n_seqs: int, base_tokens: int, max_total: int) -> bool:
@@ -165,10 +166,11 @@ class Speculator:
         self._checks += 1
         if self._checks % (EXPLORE_EVERY * 4) == 0:
             return True
-        rate = base_tokens / c(base_tokens)
+        c0 = c(base_tokens)
+        rate = base_tokens / c0
         for per_seq in (1, 2, 4, 8, MAX_DRAFT):
             k = min(max_total, per_seq * n_seqs)
-            if (base_tokens + k) / c.priced(base_tokens, k) > rate:
+            if (base_tokens + k) / c.priced(base_tokens, k, c0) > rate:
                 return True
         return False
 

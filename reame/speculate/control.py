@@ -60,8 +60,7 @@ class StepCost:
         self.seen: dict[int, int] = {}       # bin -> step number of the last measurement
         self.ns: dict[int, deque] = {}       # bin -> the token counts of those steps
         self.steps = 0
-        self._memo: tuple[int, dict] | None = None
-        self._slope: tuple[int, float] | None = None
+        self._memo: tuple[int, list, float] | None = None     # (steps, points, slope)
 
     def observe(self, n_tokens: int, seconds: float) -> None:
         if n_tokens < 1 or not seconds > 0:
@@ -81,7 +80,8 @@ class StepCost:
         return bool(self.samples)
 
     def _points(self) -> list[tuple[int, float]]:
-        """(tokens, seconds) of the fresh bins, made non-decreasing from above."""
+        """(tokens, seconds) of the fresh bins, made non-decreasing from above (with the
+        slope of their top, for slope())."""
         if self._memo is not None and self._memo[0] == self.steps:
             return self._memo[1]
         pts = sorted((round(statistics.median(self.ns[b])), statistics.median(d))
@@ -89,7 +89,13 @@ class StepCost:
         for i in range(len(pts) - 2, -1, -1):
             if pts[i][1] > pts[i + 1][1]:
                 pts[i] = (pts[i][0], pts[i + 1][1])
-        self._memo = (self.steps, pts)
+        top = [p for p in pts if p[0] >= 32]
+        slope = 0.0
+        if len(top) >= 2:
+            x1, v1 = top[-1]
+            x0, v0 = min(top[:-1], key=lambda p: abs(p[0] - x1 / 2))
+            slope = max(0.0, (v1 - v0) / (x1 - x0))
+        self._memo = (self.steps, pts, slope)
         return pts
 
     def __call__(self, n: int) -> float:
@@ -119,27 +125,22 @@ class StepCost:
         """Seconds per token at the top of the measured curve: the secant from the point
         nearest half the largest measured size to the largest (0 with no two points of 32 tokens
         or more). There a step is bound by its arithmetic, the least a token can add anywhere."""
-        if self._slope is not None and self._slope[0] == self.steps:
-            return self._slope[1]
-        pts = [p for p in self._points() if p[0] >= 32]
-        v = 0.0
-        if len(pts) >= 2:
-            x1, v1 = pts[-1]
-            x0, v0 = min(pts[:-1], key=lambda p: abs(p[0] - x1 / 2))
-            v = max(0.0, (v1 - v0) / (x1 - x0))
-        self._slope = (self.steps, v)
-        return v
+        self._points()
+        return self._memo[2]
 
-    def priced(self, base: int, k: int) -> float:
+    def priced(self, base: int, k: int, c0: float | None = None) -> float:
         """Estimated seconds of a step of `base` tokens with k draft tokens added: the curve at
         base + k, but at least cost(base) + k slope(). The curve is by token count alone, while a
         step's cost also depends on what its tokens are (decode rows, prompt rows, their
         contexts); the envelope from above then reads sizes below a cheaply measured one flat,
         and drafts that fill a step up to it looked free (2-vCPU EPYC without AMX, 16 unique
         chats: 15 sequences beside a 43-token prompt chunk took ~40 draft tokens a step at no
-        cost on the curve, actual steps +15-20%, 2026-12-05)."""
+        cost on the curve, actual steps +15-20%, 2026-12-05). c0: cost(base), when the caller
+        has it."""
         c = self(base + k)
-        return max(c, self(base) + k * self.slope()) if k else c
+        if not k:
+            return c
+        return max(c, (self(base) if c0 is None else c0) + k * self.slope())
 
     def curve(self) -> dict[int, float]:
         return {x: round(v, 6) for x, v in self._points()}
@@ -253,7 +254,7 @@ def allocate(offers: list[list[float]], base_tokens: int, cost: StepCost,
         heapq.heappush(bounds, (unit * emit[i] + slack[i], i))
         while unit * emit[bounds[0][1]] + slack[bounds[0][1]] != bounds[0][0]:
             heapq.heappop(bounds)
-        c = cost.priced(base_tokens, k)
+        c = cost.priced(base_tokens, k, c0)
         rate = value / c
         if rate > best_rate * 1.0001 and c <= bounds[0][0]:
             best_k, best_rate = k, rate

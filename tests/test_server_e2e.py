@@ -161,7 +161,7 @@ def test_streamed_completion_equals_expected(client, stories_expected):
     stream = client.completions.create(model=MODEL, prompt=case["prompt"], temperature=0,
                                        max_tokens=64, stream=True)
     chunks = list(stream)
-    assert len(chunks) > 10
+    assert len(chunks) > 1     # in pieces (a step's accepted drafts come as one chunk)
     assert "".join(c.choices[0].text for c in chunks) == case["greedy_text"]
     assert chunks[-1].choices[0].finish_reason == "length"
     assert len({c.id for c in chunks}) == 1 and all(c.created for c in chunks)

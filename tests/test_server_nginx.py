@@ -131,7 +131,7 @@ def test_stream_through_nginx_chunk_by_chunk(stack, stories_expected):
     case = stories_expected["cases"][0]
     chunks = list(client.completions.create(model=MODEL, prompt=case["prompt"], max_tokens=64,
                                             temperature=0, stream=True))
-    assert len(chunks) >= 60
+    assert len(chunks) > 1     # in pieces (a step's accepted drafts come as one chunk)
     assert "".join(c.choices[0].text for c in chunks) == case["greedy_text"]
     client.close()
 

@@ -720,7 +720,7 @@ def test_stream_completion(client, stories_expected):
     assert "".join(c["choices"][0]["text"] for c in chunks) == case["greedy_text"]
     assert chunks[-1]["choices"][0]["finish_reason"] == "length"
     assert all(c["choices"][0]["finish_reason"] is None for c in chunks[:-1])
-    assert len(chunks) > 10                                  # token by token
+    assert len(chunks) > 1     # in pieces (a step's accepted drafts come as one chunk)
 
 
 def test_stream_chat_with_usage(client):

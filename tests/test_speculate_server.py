@@ -185,3 +185,99 @@ def test_the_index_is_bounded_and_keeps_what_serves():
         conv.add_request(history, reply)
         history += reply
     assert conv.n_tokens < 2 * len(history)
+
+
+def _stream_after_the_end(app, body: dict) -> tuple[list[dict], int]:
+    """POST a streamed completion through the WSGI app, let the generation end before reading
+    a byte (every event is queued: what a client that reads slower than the steps sees), then
+    read the SSE body: (its data payloads, the completion's tokens)."""
+    import time
+
+    env = testing.create_environ(path="/v1/completions", method="POST",
+                                 body=json.dumps({**body, "stream": True}),
+                                 headers={"Content-Type": "application/json"})
+    status = []
+    body_it = app(env, lambda s, h, exc_info=None: status.append(s))
+    assert status[0].startswith("200"), status
+    req = env["reame.job"].request
+    deadline = time.monotonic() + 120            # a condition, not a duration
+    while not req.finished:
+        assert time.monotonic() < deadline, "the generation did not end"
+        time.sleep(0.01)
+    try:
+        text = b"".join(body_it).decode()
+    finally:
+        body_it.close()
+    events = [json.loads(b[6:]) for b in text.split("\n\n") if b.startswith("data: {")]
+    return events, env["reame.job"].usage["completion_tokens"]
+
+
+def test_a_steps_accepted_tokens_stream_as_one_chunk(stories_model, tmp_path):
+    """Streamed, the tokens one step accepted go out as one chunk (text and logprob entries
+    joined in order) and never tokens of different steps: with speculation off every token is
+    its own chunk even when the client reads only after the end; with it on, a completion
+    drafted from an earlier identical one comes in fewer chunks than tokens, with the same
+    text, one logprob entry per token and text offsets that add up. Catches a stream that
+    writes a chunk per token whatever the step made (the server and client parsing k JSON
+    chunks for a k-token step), one that joins across steps (a slow reader's tokens bunched:
+    the stream no longer shows the steps), and a join that drops or reorders logprobs."""
+    body = {"prompt": "Once upon a time", "max_tokens": 60, "temperature": 0,
+            "logit_bias": {"2": -100}, "logprobs": 1}
+
+    def check(events, n):
+        chunks = [e["choices"][0] for e in events if e["choices"]]
+        lp = [c["logprobs"] for c in chunks if c["logprobs"]]
+        tokens = [t for x in lp for t in x["tokens"]]
+        offsets = [o for x in lp for o in x["text_offset"]]
+        text = "".join(c["text"] for c in chunks)
+        assert len(tokens) == n == 60 and "".join(tokens) == text
+        assert offsets == [sum(len(t) for t in tokens[:i]) for i in range(n)]
+        return text, sum(1 for c in chunks if c["text"])
+
+    off = make_app(stories_model, tmp_path / "off", speculate="off")
+    try:
+        want, n_chunks = check(*_stream_after_the_end(off, body))
+        assert n_chunks == 60                    # one step, one token, one chunk
+    finally:
+        stop(off)
+    app = make_app(stories_model, tmp_path / "on", speculate="on")
+    try:
+        assert complete(testing.TestClient(app)) == want      # the index learns the text
+        before = app.reame.service.speculator.report()["accepted_tokens"]
+        text, n_chunks = check(*_stream_after_the_end(app, body))
+        accepted = app.reame.service.speculator.report()["accepted_tokens"] - before
+        assert text == want and accepted >= 10
+        assert n_chunks <= 60 - accepted
+    finally:
+        stop(app)
+
+
+def test_a_joined_chunk_never_waits_for_the_next_event():
+    """coalesced holds content only while the next event is already queued: with nothing
+    ready, an event's delta goes out before the next event is asked for (a stream that held
+    text for a join would stall a slow step's tokens until the next one); with events ready,
+    the same step's content joins up to a finish, which passes on its own, after it. Catches a
+    join that waits for the next event, or that lets a finish or another choice's or step's
+    text into the joined delta."""
+    from reame.server.responses import Delta, coalesced
+
+    pulled = []
+
+    def events():
+        for t, ds in ((1.0, [Delta(0, {"content": "a"}, [("a",)])]),
+                      (1.0, [Delta(0, {"content": "b"}, [("b",)])]),
+                      (1.0, [Delta(1, {"content": "x"}, [])]),
+                      (2.0, [Delta(1, {"content": "y"}, [])]),
+                      (2.0, [Delta(1, {"content": "z"}, []), Delta(1, {}, [], "stop")])):
+            pulled.append(t)
+            yield t, ds
+
+    out = coalesced(events(), lambda: False)
+    first = next(out)
+    assert first.delta == {"content": "a"} and pulled == [1.0]
+    assert [d.delta for d in out] == [{"content": "b"}, {"content": "x"}, {"content": "y"},
+                                      {"content": "z"}, {}]
+    got = list(coalesced(events(), lambda: True))
+    assert [(d.index, d.delta, d.logprobs, d.finish_reason) for d in got] == [
+        (0, {"content": "ab"}, [("a",), ("b",)], None), (1, {"content": "x"}, [], None),
+        (1, {"content": "yz"}, [], None), (1, {}, [], "stop")]

@@ -342,39 +342,45 @@ class Job:
         alone), then one with the choice's finish_reason ("tool_calls" when it ended in calls);
         an engine failure on the way is one last Delta with `error` set. Every API's stream is
         this sequence in its own wire format (chat chunks here, /v1/responses and /v1/messages
-        events in their modules). The caller must close() it: closing early cancels the
-        generation; taken to its end, it does not finalise: the caller sets `stream_status`
-        once its last byte is taken."""
+        events in their modules). Content that is already here joins into one delta
+        (`coalesced`: the tokens of a step that accepted drafts go out as one chunk). The caller
+        must close() it: closing early cancels the generation; taken to its end, it does not
+        finalise: the caller sets `stream_status` once its last byte is taken."""
         try:
-            for ev in self.events():
-                if ev.error is not None:
-                    yield Delta(ev.index, {}, [], None,
-                                error_for(ev.error, self.service.config.retry_after))
-                    return
-                was_open = self.choices[ev.index].finish_reason is None
-                ch, text, lp = self._apply(ev)
-                if not was_open:                      # it ended already: a later token
-                    continue
-                finish = ch.finish_reason
-                if ch.out is not None:                # reasoning / tool calls split apart
-                    parts = ch.out.feed(text)
-                    if finish:
-                        parts += ch.out.finish(finish)
-                    for i, d in enumerate(parts):
-                        yield Delta(ch.index, d, lp if i == 0 else [])
-                    if lp and not parts:
-                        yield Delta(ch.index, {}, lp)
-                    if finish:
-                        yield Delta(ch.index, {}, [],
-                                    "tool_calls" if ch.out.calls and finish == "stop" else finish)
-                    continue
-                if text or lp:
-                    yield Delta(ch.index, {"content": text}, lp)
-                if finish:
-                    yield Delta(ch.index, {}, [], finish)
+            yield from coalesced(self._pieces(), lambda: self.request.out.qsize() > 0)
         finally:
             self.cancel()
             self._record()
+
+    def _pieces(self) -> Iterator[tuple[float, list["Delta"]]]:
+        """deltas() before joining: each event's step time and deltas."""
+        for ev in self.events():
+            if ev.error is not None:
+                yield ev.t, [Delta(ev.index, {}, [], None,
+                                   error_for(ev.error, self.service.config.retry_after))]
+                return
+            was_open = self.choices[ev.index].finish_reason is None
+            ch, text, lp = self._apply(ev)
+            if not was_open:                      # it ended already: a later token
+                continue
+            finish = ch.finish_reason
+            out = []
+            if ch.out is not None:                # reasoning / tool calls split apart
+                parts = ch.out.feed(text)
+                if finish:
+                    parts += ch.out.finish(finish)
+                out += [Delta(ch.index, d, lp if i == 0 else []) for i, d in enumerate(parts)]
+                if lp and not parts:
+                    out.append(Delta(ch.index, {}, lp))
+                if finish:
+                    out.append(Delta(ch.index, {}, [], "tool_calls"
+                                     if ch.out.calls and finish == "stop" else finish))
+            else:
+                if text or lp:
+                    out.append(Delta(ch.index, {"content": text}, lp))
+                if finish:
+                    out.append(Delta(ch.index, {}, [], finish))
+            yield ev.t, out
 
     def sse(self) -> Iterator[bytes]:
         """The SSE body of a chat or text completion. The caller must close() it: closing early
@@ -418,6 +424,44 @@ class Delta:
     logprobs: list = field(default_factory=list)    # (token, logprob, top) entries
     finish_reason: str | None = None
     error: APIError | None = None
+
+
+def _joinable(d: Delta) -> bool:
+    return d.error is None and d.finish_reason is None and set(d.delta) <= {"content"}
+
+
+def coalesced(events: Iterator[tuple[float, list[Delta]]],
+              ready: Callable[[], bool]) -> Iterator[Delta]:
+    """The deltas of `events` ((step time, deltas) per scheduler event, a token each), with
+    the content deltas of one choice made by one step joined (their text and logprob entries,
+    in order) while the step's next event is already there (`ready()`): a step that accepted k
+    drafted tokens puts k events at once, and they go out as one chunk, as vLLM streams a
+    step's tokens, instead of k JSON chunks each encoded, written and parsed on a 2-core machine
+    that also runs the forward pass. Tokens of different steps are never joined (a stream
+    without drafts is token by token, however slowly its client reads), and nothing is held
+    waiting: when no event is ready at an event's end, what is held goes out. Reasoning,
+    tool-call, finish and error deltas pass as they are, after the content before them."""
+    held, held_t = None, None
+    for t, ds in events:
+        for d in ds:
+            if held is not None:
+                if _joinable(d) and d.index == held.index and t == held_t:
+                    joined = held.delta.get("content", "") + d.delta.get("content", "")
+                    held = Delta(held.index, {"content": joined} if joined or "content" in
+                                 held.delta or "content" in d.delta else {},
+                                 held.logprobs + d.logprobs)
+                    continue
+                yield held
+                held = None
+            if _joinable(d):
+                held, held_t = d, t
+            else:
+                yield d
+        if held is not None and not ready():
+            yield held
+            held = None
+    if held is not None:
+        yield held
 
 
 class ClosingStream:

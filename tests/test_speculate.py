@@ -221,6 +221,28 @@ def test_the_controller_drafts_at_low_load_and_stops_at_saturation():
     assert sum(choose([[0.9] * 8] * 4, 4, curve(CHEAP), 5)) == 5
 
 
+def test_a_depth_never_verified_reads_as_the_depth_before_it():
+    """A class whose drafts were verified 2 deep 40 times, nearly all accepted: depths 3.. have
+    no evidence and read as depth 2 (a copy that held for 2 tokens holds for a 3rd about as
+    well), so on the curve measured for SmolLM2 on a 2-vCPU EPYC (a 16-token step 3.5x a
+    1-token one) the sequence drafts past 2, and the deeper depths get verified; evidence at a
+    depth still rules it (depth 3 rejected 40 times: the draft stops at 2). Catches the flat
+    prior at every unverified depth (0.6 at depth 3: drafts stay at the 2 they started at,
+    whatever depths 1-2 show)."""
+    acc = control.Acceptance()
+    for _ in range(40):
+        acc.observe("c", 20, 2, 2)
+    rates = acc.rates("c", 20, 15)
+    assert rates[0] > 0.9 and rates[1] > 0.9 and min(rates[2:]) > 0.9
+    measured = {1: 0.0080, 2: 0.0092, 3: 0.0115, 4: 0.0127, 8: 0.0149, 12: 0.0261, 16: 0.0281}
+    c = curve(lambda n: measured[min(k for k in measured if k >= n)], sizes=range(1, 17))
+    assert choose([rates], 1, c, 100)[0] >= 7
+    for _ in range(40):
+        acc.observe("c", 20, 3, 2)                  # the third token: rejected every time
+    assert acc.rates("c", 20, 15)[2] < 0.2
+    assert choose([acc.rates("c", 20, 15)], 1, c, 100)[0] == 2
+
+
 def test_the_step_cost_curve_is_robust_to_outliers_and_monotone():
     """One step 50x slower (a page fault, the machine's other load) moves nothing; a size that
     measured slower than a larger one is read at the larger one's cost; an unmeasured larger

@@ -355,6 +355,6 @@ def test_plan_prints_every_site_of_the_chosen_program(capsys, stories):
     assert sites == want
     assert all("/" in line.split()[1] for line in lines[1:])      # op/dtype/family@level[...]
     rc, out, err = cli(capsys, "plan", stories)
-    assert rc == 0 and out.count("# steps of up to") == 6      # 1, 4, 8, 12, 16, 512
+    assert rc == 0 and out.count("# steps of up to") == 7      # 1, 2, 4, 8, 12, 16, 512
     assert "at most" in one_line_error(*cli(capsys, "plan", stories, "--tokens", 100000))
     assert ">= 1" in one_line_error(*cli(capsys, "plan", stories, "--tokens", 0))

@@ -586,7 +586,7 @@ def test_q8k_sites_and_panel_layout(q4km_model, level):
     eng = JITEngine(q4km_model, n_ctx=64, max_seqs=4, threads=2, max_batch_tokens=32,
                     isa=isa_at(level or "native"))
     try:
-        assert eng.buckets == [1, 4, 8, 12, 16, 32]
+        assert eng.buckets == [1, 2, 4, 8, 12, 16, 32]
         panels = eng.isa.has("avx2")
         for bucket in eng.buckets:
             ops = _site_ops(eng, bucket)
@@ -621,7 +621,7 @@ def test_q8k_sites_and_panel_layout(q4km_model, level):
             slots = [s for n, s in eng.table.by_name.items() if n.split("@")[0] == name]
             assert len(slots) == len(eng.buckets)
         with pytest.raises(ValueError, match="q8k_min_tokens"):
-            JITEngine(q4km_model, n_ctx=64, max_seqs=4, threads=1, q8k_min_tokens=3)
+            JITEngine(q4km_model, n_ctx=64, max_seqs=4, threads=1, q8k_min_tokens=4)
     finally:
         eng.close()
 

@@ -136,8 +136,9 @@ OP = Op(
                 + _TOKENS_DOC + ", u = block pairs per loop step, pf_bytes = weight prefetch "
                 "distance (bytes)"),
         Variant("panel", "avx512_vnni", PANEL_FAMILY_TYPES,
-                ({"nt": 1, "pf_loc": 3}, {"nt": 2, "pf_loc": 3}, {"nt": 4, "pf_loc": 3}, {"nt": 8, "pf_loc": 3},
-                 {"nt": 8, "pf_loc": 2}, {"nt": 8}, {"nt": 12, "pf_loc": 3}, {"nt": 16, "pf_loc": 3}),
+                ({"nt": 1, "pf_loc": 3}, {"nt": 2, "pf_loc": 3}, {"nt": 4, "pf_loc": 3},
+                 {"nt": 8, "pf_loc": 3}, {"nt": 8, "pf_loc": 2}, {"nt": 8},
+                 {"nt": 12, "pf_loc": 3}, {"nt": 16, "pf_loc": 3}),
                 "AVX-512 VNNI register tiles of 16 rows x nt tokens, rows in the vector lanes: "
                 "weight quants transposed per block, one vpdpbusd per dword and token with the "
                 "activation broadcast, scales applied to 16 rows per instruction; activations "

@@ -37,7 +37,7 @@ log = logging.getLogger("reame.jit")
 
 FLOAT_TYPES = ("F32", "F16", "BF16")
 MAX_BATCH_TOKENS = 512      # tokens per step (prefill chunk); larger prompts are chunked
-BUCKETS = (1, 2, 4, 8, 12, 16)     # step sizes with their own program (plus one up to the chunk size)
+BUCKETS = (1, 2, 4, 8, 12, 16)  # step sizes with their own program (+ one up to the chunk size)
 assert BUCKETS[-1] + 1 == PROMPT_STEP   # the prompt-chunk rule of the type table (and reference)
 # Which kernel, activations and weight layout serve each matmul site: select.matmul_site, from
 # the type table's traits (reame/tensor_types.py: int_dot, q8k, row_panel) and Q8K_MIN_TOKENS,

@@ -447,8 +447,8 @@ def coalesced(events: Iterator[tuple[float, list[Delta]]],
             if held is not None:
                 if _joinable(d) and d.index == held.index and t == held_t:
                     joined = held.delta.get("content", "") + d.delta.get("content", "")
-                    held = Delta(held.index, {"content": joined} if joined or "content" in
-                                 held.delta or "content" in d.delta else {},
+                    has = "content" in held.delta or "content" in d.delta
+                    held = Delta(held.index, {"content": joined} if has else {},
                                  held.logprobs + d.logprobs)
                     continue
                 yield held

@@ -96,7 +96,8 @@ def attention(args):
         # decode: one token at position ctx - 1
         op = get_op("attn_decode")
         C = args.ctx
-        for spec in ([] if args.skip_decode else op.specs("F32", isa, C=C, **dims)):
+        for spec in ([] if args.skip_decode else
+                     op.specs("F32", isa, C=C, **dims) + op.specs("BF16", isa, C=C, **dims)):
             k = build(spec, isa)
             rng = np.random.default_rng(0)
             small = make_attention_case(op, spec.with_params(C=128), rng, 4)

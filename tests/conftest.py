@@ -106,6 +106,15 @@ def amx_attention_missing() -> str | None:
         f"no attn_prefill amx family on this CPU (level {detect().level}, or AMX not granted)"
 
 
+def bf16dp_missing() -> str | None:
+    """Why attn_decode's bf16dp family (the bf16 KV cache in the pair layout, AVX512_BF16) cannot
+    run on this CPU, or None (no forced level gives a CPU instructions it lacks)."""
+    from reame.codegen.isa import detect
+    isa = detect()
+    return None if isa.has("avx512_bf16") else \
+        f"no AVX512_BF16 on this CPU (level {isa.level}): attn_decode's bf16dp family cannot run"
+
+
 # bench/arm64_check.py runs the guest under qemu-user with REAME_EMULATED=qemu-user: emulated
 # code runs ~5-20x slower, so a test's absolute wall-time bound is multiplied by this
 EMULATED = os.environ.get("REAME_EMULATED", "")

@@ -496,6 +496,124 @@ def test_attn_prefill_amx_refuses():
     assert {s.p["mb"] for s in op.specs("BF16", isa, **{**dims, "H": 160, "Hkv": 2})} == {8}
 
 
+# ---- attn_decode family bf16dp: AVX512_BF16 dot products over the pair-layout bf16 cache ----
+
+def _bf16dp_params():
+    """Every bf16dp tile on the shapes it serves (GQA 7, 2, 1 with D 32..128, D != Dv, a group of
+    heads split in two: G = 7 with Dv 80) in every paged layout (16-, 32-, 64-position blocks)."""
+    from conftest import bf16dp_missing
+    why = bf16dp_missing()
+    if why:
+        return [pytest.param(None, id="bf16dp-absent", marks=pytest.mark.skip(reason=why))]
+    op, isa, out = get_op("attn_decode"), detect(), []
+    for H, Hkv, D, Dv in ((14, 2, 64, 64), (4, 2, 32, 32), (7, 1, 80, 80), (2, 1, 128, 128),
+                          (6, 2, 40, 48)):
+        for C, BS in LAYOUTS[1:]:
+            dims = dict(H=H, Hkv=Hkv, D=D, Dv=Dv, C=C, BS=BS, kv="bf16p", scale=1 / math.sqrt(D))
+            for spec in op.specs("BF16", isa, **dims):
+                out.append(pytest.param(spec, id=f"bf16dp[bk={spec.p['bk']}]-H{H}/{Hkv}-"
+                                        f"D{D}/{Dv}-BS{BS}"))
+    assert out
+    return out
+
+
+@pytest.mark.parametrize("spec", _bf16dp_params())
+def test_attn_decode_bf16dp(spec):
+    """Every bf16dp tile x shape x paged layout against bf16_reference with its key blocks (the
+    tight tolerance plus the slack of P at rounding ties) and the float64 reference: random
+    tokens (positions 0 and C - 1 included: one key, a whole cache), the runs of a verify step
+    (consecutive positions of one sequence), 1-3 threads. Catches a wrong pair stride, a key
+    block aligned elsewhere than key 0, a head group that skips a head, P.V over the wrong key
+    pair."""
+    op = get_op("attn_decode")
+    k = build(spec, detect())
+    rng = np.random.default_rng(21)
+    C = spec.p["C"]
+    for b, (n, pos, seq) in enumerate(((9, None, None), (1, [C - 1], [0]),
+                                       (12, list(range(C - 40, C - 28)), [1] * 12))):
+        case = make_attention_case(op, spec, rng, n, positions=pos, seq_ids=seq)
+        for nth in (1, 2, 3):
+            _run_bf16(k, case, nth, f"{spec.label()} batch {b} nth={nth}")
+
+
+def test_attn_decode_bf16dp_reads_nothing_past_pos():
+    """The cache rows past a token's position (in its last key block and KV block) hold other
+    data: here NaN and inf bits. The output is still the reference's. Catches a last block whose
+    values are used with P = 0 but not zeroed (0 x NaN = NaN) and scores past pos not masked."""
+    from conftest import bf16dp_missing
+    why = bf16dp_missing()
+    if why:
+        pytest.skip(why)
+    op, isa = get_op("attn_decode"), detect()
+    for spec in op.specs("BF16", isa, H=6, Hkv=2, D=64, Dv=64, C=128, BS=64, kv="bf16p",
+                         scale=0.125):
+        k = build(spec, isa)
+        for p in (0, 1, 16, 37, 70, 95):
+            case = make_attention_case(op, spec, np.random.default_rng(p), 1, positions=[p],
+                                       seq_ids=[0], seqs=1)
+            b = case.buffers
+            want = case_reference(spec, case)["out"]
+            kc, vc, bt = b["kc"], b["vc"], b["bt"]
+            for t in range(p + 1, 128):         # every row past p: NaN keys, +-inf / NaN values
+                blk, r = bt[0, t // 64], t % 64
+                kc[blk, :, :, r, :] = 0x7FC0
+                vc[blk, :, r // 2, :, r % 2] = (0x7F80, 0xFF80, 0x7FC0)[t % 3]
+            b["out"][:] = np.nan
+            k.run_threads(case.args, 2)
+            got = b["out"]
+            assert np.all(np.isfinite(got)), f"{spec.label()} pos {p}: {np.isnan(got).sum()} NaN"
+            vr, va = op.tolerance("BF16")
+            assert np.all(np.abs(got - want) <= va + vr * np.abs(want)), f"{spec.label()} pos {p}"
+
+
+def test_attn_decode_bf16dp_row_bits_do_not_depend_on_the_batch():
+    """A token's output is bit for bit the same computed alone and among the 16 rows of a verify
+    step and other sequences' tokens, at any thread count: what lets a bf16 cache keep greedy
+    outputs identical with and without speculation. Catches key blocks aligned to a run's
+    start or a batch-dependent split of a row's work."""
+    from conftest import bf16dp_missing
+    why = bf16dp_missing()
+    if why:
+        pytest.skip(why)
+    op, isa = get_op("attn_decode"), detect()
+    spec = op.specs("BF16", isa, H=9, Hkv=3, D=64, Dv=64, C=256, BS=64, kv="bf16p",
+                    scale=0.125)[0]
+    k = build(spec, isa)
+    pos = list(range(150, 166)) + [3, 200, 77]
+    case = make_attention_case(op, spec, np.random.default_rng(5), len(pos), positions=pos,
+                               seq_ids=[0] * 16 + [1, 2, 1])
+    k.run_threads(case.args, 2)
+    together = case.buffers["out"].copy()
+    for i, p in enumerate(pos):
+        one = make_attention_case(op, spec, np.random.default_rng(0), 1, positions=[p],
+                                  seq_ids=[case.buffers["seq"][i]])
+        for name in ("kc", "vc", "bt"):
+            one.buffers[name][...] = case.buffers[name]
+        one.buffers["q"][0] = case.buffers["q"][i]
+        k.run_threads(one.args, 1 + i % 2)
+        assert np.array_equal(one.buffers["out"][0], together[i]), f"row {i} (pos {p})"
+
+
+def test_attn_decode_bf16dp_refuses():
+    """bf16dp is dtype BF16 over the pair layout only; the f32 families never take a bf16p cache
+    and attn_prefill takes none (every row of a bf16p engine runs bf16dp); windows, caps, an
+    odd D, Dv not a multiple of 16, a contiguous cache and 16-position blocks for bk 32 are
+    refused."""
+    from conftest import bf16dp_missing
+    why = bf16dp_missing()
+    if why:
+        pytest.skip(why)
+    op, isa = get_op("attn_decode"), detect()
+    dims = dict(H=8, Hkv=2, D=64, Dv=64, C=256, BS=64, kv="bf16p", scale=0.125)
+    assert {s.p["bk"] for s in op.specs("BF16", isa, **dims)} == {16, 32}
+    assert not op.specs("F32", isa, **dims)
+    assert not get_op("attn_prefill").specs("F32", isa, **dims)
+    assert not op.specs("BF16", isa, **{**dims, "kv": "f32"})
+    for bad in ({"swa": 32}, {"softcap": 30.0}, {"D": 63}, {"Dv": 40}, {"BS": 0}):
+        assert not op.specs("BF16", isa, **{**dims, **bad}), bad
+    assert {s.p["bk"] for s in op.specs("BF16", isa, **{**dims, "BS": 16})} == {16}
+
+
 def test_bf16_reference_rounds():
     """bf16_round rounds to nearest, ties to even; bf16_reference with exact bf16 inputs and one
     key tile is float64 attention with P rounded."""

@@ -96,7 +96,8 @@ def test_rope(spec, isa):
 @pytest.mark.parametrize("spec,isa", _params("store_kv", [
     {"Hkv": Hkv, "D": D, "Dv": Dv, "C": C, "BS": BS, "kv": kv}
     for Hkv, D, Dv, C, BS in ((2, 64, 64, 16, 0), (3, 20, 12, 7, 0), (2, 64, 64, 64, 16),
-                              (3, 20, 12, 96, 32)) for kv in ("f32", "f16", "bf16")]))
+                              (3, 20, 12, 96, 32)) for kv in ("f32", "f16", "bf16", "bf16p")
+    if BS or kv != "bf16p"]))           # bf16p: the pair layout, paged only
 def test_store_kv(spec, isa):
     _check_all("store_kv", spec, isa)
 

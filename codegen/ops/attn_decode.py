@@ -24,6 +24,18 @@ locality hint, 3 = prefetcht0, 0 = off; the panels' key, so one name means one t
 block of vl * kb keys must divide BS (it then lies in one KV block): `fits` filters the tiles.
 Tolerance: rtol 2e-5, atol 2e-5 against float64 on the same (f16-rounded) cache values: f32 dot
 products and running sums (errors ~1e-6 of the scores), exp < 1 ulp.
+
+Family `bf16dp` (level avx512_bf16, dtype BF16): the same args and threading over a bf16 cache in
+the pair layout (kv "bf16p", kv_layout.py; paged only), the engine's bf16 cache on CPUs with
+AVX512_BF16 but no AMX (reame/jit/select.py). Per (token, kv head): q * scale rounded to bf16,
+key blocks of bk = 16 or 32 keys aligned at key 0, a head's 16 scores D/2 vdpbf16ps (keys in
+lanes: no transposing add tree), the online softmax in f32 with the weights P rounded to bf16
+for P.V (16 value dims x a key pair a vdpbf16ps), l the sum of the unrounded P: the arithmetic
+of attn_prefill's `bf16_reference` with its key tiles bk, against which it is checked (the
+amx family's BF16_TIGHT plus the slack of P at rounding ties, tests/test_kernels_attention.py;
+Op.check: BF16_VS_F64). Each row is computed on its own, so it serves decode, verify and prompt
+rows alike with the same bits (reame/jit/plan.py). Refuses windows and soft-capping, odd D and
+Dv not a multiple of 16.
 """
 
 from __future__ import annotations
@@ -67,8 +79,15 @@ def key_block_fits(tile: dict, dims: dict) -> bool:
 
 
 def _fits(tile: dict, dims: dict) -> bool:
-    """Key blocks that divide BS; no bf16 cache (only attn_prefill's amx family reads that)."""
-    return dims.get("kv") != "bf16" and key_block_fits(tile, dims)
+    """Key blocks that divide BS; the f32 families no bf16 cache (attn_prefill's amx family
+    reads the tile layout "bf16"), the bf16dp family (tiles with key "bk") only the pair layout
+    "bf16p", paged, without window or cap, D even and Dv a multiple of 16."""
+    if "bk" not in tile:
+        return dims.get("kv") not in ("bf16", "bf16p") and key_block_fits(tile, dims)
+    D = dims.get("D", 0)
+    return (dims.get("kv") == "bf16p" and dims.get("BS", 0) > 0 and not dims.get("swa")
+            and not dims.get("softcap") and D % 2 == 0 and dims.get("Dv", D) % 16 == 0
+            and key_block_fits(tile, dims))
 
 
 def case_reference(spec, case):
@@ -109,6 +128,29 @@ def tolerance(dtype):
     return (2e-5, 2e-5)
 
 
+def _reference(spec, case):
+    """f32 families: float64 attention; bf16dp (dtype BF16): attn_prefill's bf16_reference with
+    the kernel's key blocks."""
+    if spec.dtype != "BF16":
+        return case_reference(spec, case)
+    from .attn_prefill import bf16_reference
+    b = case.buffers
+    kc, vc = as_float(b["kc"], b["vc"], b["bt"], spec.p["BS"], spec.p["kv"])
+    return {"out": bf16_reference(b["q"], kc, vc, b["pos"], b["seq"], spec.p["scale"],
+                                  spec.p["bk"])}
+
+
+def _tolerance(dtype):
+    if dtype == "BF16":
+        from .attn_prefill import BF16_VS_F64
+        return BF16_VS_F64
+    return tolerance(dtype)
+
+
+BF16DP = ("AVX512_BF16 dot products over the pair-layout bf16 cache (dtype BF16): keys in lanes, "
+          "vdpbf16ps for q.k and P.V, online softmax in f32; bk = keys per block")
+
+
 SIMD = "tuned: FMA, vcvtph2ps for f16 rows, exp with vscalefps (AVX-512)"
 
 OP = Op(
@@ -125,10 +167,11 @@ OP = Op(
         Variant("simd", "avx512", ("F32",), ({"vl": 16, "kb": 2, "pf_loc": 3},
                                              {"vl": 16, "kb": 4, "pf_loc": 3},
                                              {"vl": 16, "kb": 1, "pf_loc": 3}), SIMD),
+        Variant("bf16dp", "avx512_bf16", ("BF16",), ({"bk": 32}, {"bk": 16}), BF16DP),
     ),
     make_case=_case,
-    reference=case_reference,
-    tolerance=tolerance,
+    reference=_reference,
+    tolerance=_tolerance,
     example_dims={"H": 14, "Hkv": 2, "D": 64, "Dv": 64, "C": 4096, "BS": 32, "kv": "f32",
                   "scale": 1 / math.sqrt(64)},
     doc="decode attention: each token over its KV prefix (paged or contiguous), GQA, online softmax",

@@ -150,8 +150,10 @@ def _fits(tile, dims):
     """Paged caches need key tiles that divide the KV block; the amx tiles (key "mb") also need
     no window or cap, an even D and G = H / Hkv <= 16 mb query rows; a bf16 cache (the AMX tile
     layout, read in place) only the amx tiles, with D a multiple of 32, Dv of 16 and the context
-    of bk (a key tile is loaded whole)."""
+    of bk (a key tile is loaded whole); a bf16p cache (the pair layout) none."""
     bf16_kv = dims.get("kv") == "bf16"
+    if dims.get("kv") == "bf16p":           # the pair layout: attn_decode's bf16dp family only
+        return False
     if "mb" not in tile:
         return not bf16_kv and key_block_fits(tile, dims)
     if (dims.get("swa") or dims.get("softcap") or dims.get("D", 0) % 2

@@ -10,13 +10,18 @@ Element types (dim kv): f32, f16, and bf16, the AMX tile layout: bfloat16 bits (
 with the values transposed within a block, vc [blocks, Hkv, Dv, BS] (contiguous [slots, Hkv, Dv,
 C]), so that 16 value dims x 32 keys are one AMX tile load (attn_prefill's amx family reads
 both caches in place; docs/kernels-attention.md). Keys keep the row layout.
+And bf16p, the pair layout of CPUs with AVX512_BF16 dot products but no AMX (paged only):
+bfloat16 bits with each block's keys as pairs (d, d + 1) of its transpose, kc [blocks, Hkv, D/2,
+BS, 2], and its values as pairs of consecutive keys, vc [blocks, Hkv, BS/2, Dv, 2]: one
+vdpbf16ps takes 16 keys' pair (d, d + 1) against a query's (scores, keys in lanes) or 16 value
+dims of a key pair against the pair's two weights (P.V), attn_decode's bf16dp family.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-KV_DTYPES = {"f32": np.float32, "f16": np.float16, "bf16": np.uint16}
+KV_DTYPES = {"f32": np.float32, "f16": np.float16, "bf16": np.uint16, "bf16p": np.uint16}
 
 
 def bf16_bits(x) -> np.ndarray:
@@ -38,11 +43,33 @@ def bf16_round(x) -> np.ndarray:
     return from_bf16(bf16_bits(x))
 
 
+def to_pairs(kc: np.ndarray, vc: np.ndarray):
+    """A paged cache in the row layout [blocks, Hkv, BS, d] as the bf16p pair layout (bits)."""
+    nb, hkv, bs, d = kc.shape
+    dv = vc.shape[-1]
+    k = bf16_bits(kc).reshape(nb, hkv, bs, d // 2, 2).transpose(0, 1, 3, 2, 4)
+    v = bf16_bits(vc).reshape(nb, hkv, bs // 2, 2, dv).transpose(0, 1, 2, 4, 3)
+    return np.ascontiguousarray(k), np.ascontiguousarray(v)
+
+
+def from_pairs(kc: np.ndarray, vc: np.ndarray):
+    """The bf16p pair layout's bits as float32 in the row layout [blocks, Hkv, BS, d]."""
+    nb, hkv, dp, bs, _ = kc.shape
+    k = from_bf16(kc).transpose(0, 1, 3, 2, 4).reshape(nb, hkv, bs, 2 * dp)
+    v = from_bf16(vc).transpose(0, 1, 2, 4, 3).reshape(nb, hkv, bs, vc.shape[3])
+    return k, v
+
+
 def random_cache(rng, slots: int, Hkv: int, C: int, D: int, Dv: int, BS: int, kv: str,
                  share: bool = True):
     """(kc, vc, bt) filled with random values. Paged: each slot's blocks scattered over a pool
     with spare blocks; with `share`, slot 1 starts with slot 0's first block (a shared prefix)."""
     dt = KV_DTYPES[kv]
+    if kv == "bf16p":
+        if not BS:
+            raise ValueError("the bf16p layout is paged only")
+        kc, vc, bt = random_cache(rng, slots, Hkv, C, D, Dv, BS, "f32", share)
+        return (*to_pairs(kc, vc), bt)
     if kv == "bf16":
         kc, vc, bt = random_cache(rng, slots, Hkv, C, D, Dv, BS, "f32", share)
         return bf16_bits(kc), np.ascontiguousarray(bf16_bits(vc).swapaxes(-1, -2)), bt
@@ -78,6 +105,8 @@ def as_float(kc: np.ndarray, vc: np.ndarray, bt: np.ndarray, BS: int, kv: str):
     widened and transposed back): what the references read."""
     if kv == "bf16":
         kc, vc = from_bf16(kc), from_bf16(vc).swapaxes(-1, -2)
+    elif kv == "bf16p":
+        kc, vc = from_pairs(kc, vc)
     return contiguous(kc, bt, BS).astype(np.float32), contiguous(vc, bt, BS).astype(np.float32)
 
 

@@ -6,12 +6,13 @@ kc, vc the layer's cache arrays (f32 or f16) in one of the layouts of ops/kv_lay
 reame.kv_cache.PagedKVCache) or contiguous (BS = 0: [slots, Hkv, C, D], bt unused); pos, seq i32
 [n]. Token i's rows go to position pos[i] of slot seq[i]: row pos % BS of block
 bt[seq, pos / BS] (paged) or (seq, :, pos, :). dims ("Hkv", "D", "Dv", "C", "BS", "kv"),
-kv = "f32" | "f16" | "bf16". f16 conversion rounds to nearest even and is bit-exact with numpy's
+kv = "f32" | "f16" | "bf16" | "bf16p". f16 conversion rounds to nearest even and is bit-exact with numpy's
 astype(float16), including overflow to inf and denormals (NaN becomes a quiet NaN with its sign);
 bf16 (the AMX tile layout of ops/kv_layout.py) writes bfloat16 bits rounded to nearest even
 (kv_layout.bf16_bits) and each value row as a column of its block's transposed values
-vc[block, h, :, pos % BS].
-Threading: the n*Hkv (token, head) rows are split between threads; with bf16, whole heads (a
+vc[block, h, :, pos % BS]; bf16p (the pair layout, paged only) the same bits as pairs
+kc[block, h, d / 2, pos % BS, d % 2] and vc[block, h, (pos % BS) / 2, :, pos % 2].
+Threading: the n*Hkv (token, head) rows are split between threads; with bf16(p), whole heads (a
 block's transposed values put consecutive positions in one cache line, which threads storing
 other tokens of one head would share).
 Tolerance: exact.
@@ -45,6 +46,11 @@ def _case(spec, rng, n):
 def reference(kc, vc, k, v, pos, seq, bt=None, BS=0):
     kc, vc = kc.copy(), vc.copy()
     where, row = cells(bt, BS, seq, pos)
+    if kc.ndim == 5:                            # bf16p: pairs (kv_layout.py)
+        n, hkv, d = k.shape
+        kc[where, :, :, row] = bf16_bits(k).reshape(n, hkv, d // 2, 2)
+        vc[where, :, row // 2, :, row % 2] = bf16_bits(v)
+        return kc, vc
     if kc.dtype == np.uint16:                   # bf16 bits; values transposed in a block
         kc[where, :, row] = bf16_bits(k)
         vc[where, :, :, row] = bf16_bits(v)

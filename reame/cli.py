@@ -165,9 +165,10 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ctx-size", type=int, default=None,
                    help="context per sequence (default: min(model's context, 4096))")
     p.add_argument("--kv-type", choices=KV_TYPES, default=None,
-                   help="KV cache type (bf16: the AMX tile layout, every row's attention on "
-                        "AMX-BF16 tiles, needs AMX, docs/kernels-attention.md; auto, the "
-                        "default: bf16 where the jit engine can keep it, else f32)")
+                   help="KV cache type (bf16: every row's attention in bf16, on AMX-BF16 "
+                        "tiles or AVX512_BF16 dot products, in the layout they read, "
+                        "docs/kernels-attention.md; auto, the default: bf16 where the jit "
+                        "engine can keep it, else f32)")
     p.add_argument("--act-type", choices=ACT_TYPES, default=None,
                    help="activations of quantised-weight products: q8 = 8-bit integer dot "
                         "products as llama.cpp (fastest), f32 = float activations, matching the "

@@ -26,12 +26,15 @@ DEFAULT_ACT_TYPE = {"jit": "q8", "reference": "f32"}
 # (attn_precision, attn_prefill_spec).
 ATTN_TYPES = ("auto", "f32", "bf16", "invariant")
 DEFAULT_ATTN_TYPE = "auto"
-# KV cache type (`--kv-type`): f32, f16, bf16 (the AMX tile layout: every row's attention on
-# attn_prefill's amx family reading it in place, reame/jit/select.py bf16_cache_refusal), or
-# "auto", the command line's and server's default: bf16 where the JIT engine can keep it (AMX-BF16,
-# a model the amx tiles serve) and activations are q8 with bf16-capable attention (not
-# --act-type f32 or --attn-type f32 / invariant, which ask for f32 numerics), else f32.
-KV_TYPES = ("auto", *CACHE_TYPES)
+# KV cache type (`--kv-type`): f32, f16, bf16 (every row's attention in bf16 on the kernels that
+# read the cache in place, in the layout select.bf16_cache_layout picks for the CPU: the AMX
+# tile layout "bf16" on attn_prefill's amx family, or the pair layout "bf16p" on attn_decode's
+# bf16dp family with AVX512_BF16 and no AMX; reame/jit/select.py bf16_cache_refusal), or
+# "auto", the command line's and server's default: bf16 where the JIT engine can keep it
+# (AMX-BF16 or AVX512_BF16, a model the kernels serve) and activations are q8 with
+# bf16-capable attention (not --act-type f32 or --attn-type f32 / invariant, which ask for f32
+# numerics), else f32. ("bf16p" is how bf16 is kept, not an option of its own.)
+KV_TYPES = ("auto", *(t for t in CACHE_TYPES if t != "bf16p"))
 DEFAULT_KV_TYPE = "auto"
 
 
@@ -41,23 +44,25 @@ def kv_type_for(model_config, kv_type: str = DEFAULT_KV_TYPE, engine: str = DEFA
     """The KV cache type an engine gets: `kv_type` itself, "auto" resolved (KV_TYPES) for
     `isa` (default: this machine's, codegen.isa.detect); bf16 asked for where it cannot be kept
     is a ReameError naming why (before any worker starts or weight is read)."""
-    if kv_type not in KV_TYPES:
+    if kv_type not in KV_TYPES and kv_type != "bf16p":
         raise ReameError(f"unknown KV cache type {kv_type!r} (choose from: {', '.join(KV_TYPES)})")
     if kv_type in ("f32", "f16"):
         return kv_type
     if engine != "jit":
-        if kv_type == "bf16":
+        if kv_type in ("bf16", "bf16p"):
             raise ReameError(f"--kv-type bf16 needs the jit engine (the {engine} engine's "
                              "attention is f32): use f16")
         return "f32"
     from .codegen.isa import detect
-    from .jit.select import bf16_cache_refusal
-    why = bf16_cache_refusal(isa or detect(), model_config, block_size, attn_type)
-    if kv_type == "bf16" and why:
+    from .jit.select import bf16_cache_layout, bf16_cache_refusal
+    isa = isa or detect()
+    layout = "bf16p" if kv_type == "bf16p" else bf16_cache_layout(isa)
+    why = bf16_cache_refusal(isa, model_config, block_size, attn_type, layout)
+    if kv_type != "auto" and why:
         raise ReameError(why)
     if kv_type == "auto" and (why or (act_type or DEFAULT_ACT_TYPE[engine]) != "q8"):
         return "f32"
-    return "bf16"
+    return layout
 
 
 def context_size(model, n_ctx: int | None = None) -> int:

@@ -4,6 +4,9 @@ Memory per layer: k[block, kv_head, row, head_dim] (v likewise) for `n_blocks` b
 `block_size` positions, so the keys one head attends over inside a block are contiguous rows.
 Type bf16 is the AMX tile layout (codegen/ops/kv_layout.py): bfloat16 bits, values transposed
 within a block, v[block, kv_head, head_dim_v, row], read in place by attn_prefill's amx family.
+Type bf16p is the pair layout of CPUs with AVX512_BF16 but no AMX: bfloat16 bits, keys as pairs of
+their transpose k[block, kv_head, head_dim / 2, row, 2], values as pairs of consecutive rows
+v[block, kv_head, row / 2, head_dim_v, 2], read by attn_decode's bf16dp family.
 A running sequence occupies a *slot*: a row of `tables` (int32 [max_seqs, max_blocks]) listing
 its blocks in order, position t being row t % block_size of block tables[slot, t // block_size].
 The attention and store_kv kernels read K/V through that table (codegen/ops/kv_layout.py).
@@ -18,11 +21,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from .codegen.ops.kv_layout import KV_DTYPES, bf16_bits, from_bf16
+from .codegen.ops.kv_layout import KV_DTYPES, bf16_bits, from_bf16, from_pairs
 
 DEFAULT_MAX_CTX = 4096     # context per sequence when the user does not ask for another
 DEFAULT_BLOCK_SIZE = 64    # positions per block (docs/server.md: 16 / 32 / 64 measured)
-KV_TYPES = KV_DTYPES        # f32, f16, bf16 (bits in uint16, the AMX tile layout)
+KV_TYPES = KV_DTYPES        # f32, f16, bf16 (bits in uint16, the AMX tile layout), bf16p (pairs)
 
 
 def bytes_per_token(n_layer: int, n_head_kv: int, head_dim: int, head_dim_v: int,
@@ -36,7 +39,7 @@ class PagedKVCache:
                  head_dim_v: int | None = None, dtype: str = "f32",
                  block_size: int = DEFAULT_BLOCK_SIZE, n_blocks: int | None = None):
         if dtype not in KV_TYPES:
-            raise ValueError(f"KV cache type must be f32, f16 or bf16, not {dtype!r}")
+            raise ValueError(f"KV cache type must be one of {', '.join(KV_TYPES)}, not {dtype!r}")
         if block_size < 1 or block_size & (block_size - 1):
             raise ValueError(f"the KV block size must be a power of two, not {block_size}")
         self.dtype = KV_TYPES[dtype]
@@ -52,9 +55,14 @@ class PagedKVCache:
         hv = head_dim_v or head_dim
         self.block_bytes = block_size * bytes_per_token(n_layer, n_head_kv, head_dim, hv, dtype)
         # np.zeros maps zero pages lazily: memory is touched only as blocks are written
-        self.k = [np.zeros((self.n_blocks, n_head_kv, block_size, head_dim), self.dtype)
-                  for _ in range(n_layer)]
+        kshape = (block_size, head_dim)
         vshape = (hv, block_size) if dtype == "bf16" else (block_size, hv)
+        if dtype == "bf16p":
+            if head_dim % 2 or block_size < 2:
+                raise ValueError("the bf16p KV layout needs an even head size and block size")
+            kshape, vshape = (head_dim // 2, block_size, 2), (block_size // 2, hv, 2)
+        self.k = [np.zeros((self.n_blocks, n_head_kv) + kshape, self.dtype)
+                  for _ in range(n_layer)]
         self.v = [np.zeros((self.n_blocks, n_head_kv) + vshape, self.dtype)
                   for _ in range(n_layer)]
         self.tables = np.zeros((max_seqs, self.max_blocks), np.int32)   # every entry a valid block
@@ -111,12 +119,21 @@ class PagedKVCache:
             self.k[layer][blk, :, row] = bf16_bits(k)
             self.v[layer][blk, :, :, row] = bf16_bits(v)
             return
+        if self.kv_type == "bf16p":
+            n, hkv, d = k.shape
+            self.k[layer][blk, :, :, row] = bf16_bits(k).reshape(n, hkv, d // 2, 2)
+            self.v[layer][blk, :, row // 2, :, row % 2] = bf16_bits(v)
+            return
         self.k[layer][blk, :, row] = k
         self.v[layer][blk, :, row] = v
 
     def prefix(self, layer: int, seq: int, length: int):
         """float32 keys and values [n_head_kv, length, d] of positions 0..length-1 of one sequence."""
         blocks = self.tables[seq, :-(-length // self.block_size)]
+        if self.kv_type == "bf16p":
+            k, v = from_pairs(self.k[layer][blocks], self.v[layer][blocks])
+            return tuple(x.transpose(1, 0, 2, 3).reshape(x.shape[1], -1, x.shape[3])[:, :length]
+                         for x in (k, v))
         out = []
         for cache, col in ((self.k[layer], False), (self.v[layer], self.kv_type == "bf16")):
             x = cache[blocks]                                 # [nb, Hkv, BS, d]

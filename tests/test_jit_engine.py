@@ -292,10 +292,10 @@ BF16_MAX_LOGIT_DIFF = 2.0
 BF16_GAP_MARGIN = 0.5
 
 
-def _smollm2_real_text(n):
+def _smollm2_real_text(n, need=amx_attention_missing):
     """(SmolLM2-135M, the first n tokens of tests/data/bf16_attention_prompt.txt); skips where
-    the amx attention cannot run."""
-    why = amx_attention_missing()
+    the attention `need` names (default: the amx family) cannot run."""
+    why = need()
     if why:
         pytest.skip(why)
     from conftest import shared_path
@@ -370,18 +370,90 @@ def test_bf16_kv_cache_is_bf16_attention_read_in_place():
     assert 1e-3 < np.abs(a - b).max() <= BF16_MAX_LOGIT_DIFF
 
 
+def test_bf16_pair_cache_is_bf16_attention_on_every_row():
+    """--kv-type bf16 on a CPU with AVX512_BF16 and no AMX: the pair layout (bf16p), every row
+    (decode, prompt) on attn_decode's bf16dp family. SmolLM2-135M, 1024 positions of real text
+    cached in two 512-token prompt chunks, 320 teacher-forced prompt tokens and 24 decoded
+    one by one: greedy agreement with the f32 engine wherever its top-2 gap exceeds
+    BF16_GAP_MARGIN, logits within BF16_MAX_LOGIT_DIFF (and > 1e-3 off: bf16 really ran); the
+    prompt tokens' logits are those of the same tokens decoded one at a time, bit for bit
+    (a row's arithmetic does not depend on its step). Catches prompt rows left on the f32
+    prompt kernel (their bits differ from the decode rows'), store_kv writing another layout
+    than the kernel reads (logits far off), and programs choosing their own key block."""
+    from conftest import bf16dp_missing
+    model, ids = _smollm2_real_text(1368, bf16dp_missing)
+    out = {}
+    for kv in ("f32", "bf16p"):
+        eng = JITEngine(model, n_ctx=2048, max_seqs=2, threads=2, max_logits=320, kv_dtype=kv)
+        try:
+            sites = {s.kernel.spec.family for s in eng.table.slots
+                     if s.name.split("@")[0].split("_prompt")[0].endswith(".attn")}
+            if kv == "bf16p":
+                assert sites == {"bf16dp"}, sites
+                assert eng.kv.k[0].shape[2:] == (model.config.head_dim // 2, eng.kv.block_size, 2)
+            for s in range(0, 1024, 512):
+                eng.forward(Batch.prefill(ids[s:s + 512], s, 0))
+                eng.forward(Batch.prefill(ids[s:s + 512], s, 1))
+            prompt = eng.forward(Batch.prefill(ids[1024:1344], 1024, 0, all_logits=True))
+            one = np.stack([eng.forward(Batch.decode([t], [p], [1]))[0]
+                            for p, t in enumerate(ids[1024:1344], 1024)])
+            if kv == "bf16p":
+                assert np.array_equal(prompt, one)
+            out[kv] = np.concatenate([prompt, np.stack(
+                [eng.forward(Batch.decode([t], [p], [0]))[0]
+                 for p, t in enumerate(ids[1344:1368], 1344)])])
+        finally:
+            eng.close()
+    a, b = out["f32"], out["bf16p"]
+    top2 = np.sort(a, axis=1)[:, -2:]
+    clear = top2[:, 1] - top2[:, 0] > BF16_GAP_MARGIN
+    assert clear.sum() >= 200
+    assert (a.argmax(1) == b.argmax(1))[clear].all()
+    assert 1e-3 < np.abs(a - b).max() <= BF16_MAX_LOGIT_DIFF
+
+
+def test_bf16_pair_cache_numpy_access_matches_store_kv():
+    """PagedKVCache.store / prefix (the numpy side: the reference engine's access) keep the pair
+    layout exactly as store_kv writes it: keys and values stored by numpy read back bf16-rounded
+    through prefix, and are the bits the kernel writes for the same tokens. Catches a numpy
+    side that transposes differently from the kernels."""
+    from reame.codegen.ops.kv_layout import bf16_round
+    from reame.kv_cache import PagedKVCache
+    rng = np.random.default_rng(4)
+    kv = PagedKVCache(1, 2, 3, 96, 8, 16, "bf16p", 32)
+    pos = np.array([0, 1, 2, 33, 64, 95, 5], np.int64)
+    seq = np.array([0, 0, 0, 1, 1, 1, 1], np.int64)
+    k = rng.standard_normal((7, 3, 8)).astype(np.float32)
+    v = rng.standard_normal((7, 3, 16)).astype(np.float32)
+    kv.store(0, seq, pos, k, v)
+    keys, vals = kv.prefix(0, 0, 3)
+    assert np.array_equal(keys, bf16_round(k[:3]).transpose(1, 0, 2))
+    assert np.array_equal(vals, bf16_round(v[:3]).transpose(1, 0, 2))
+    keys, vals = kv.prefix(0, 1, 96)
+    for j in range(3, 7):
+        assert np.array_equal(keys[:, pos[j]], bf16_round(k[j]))
+        assert np.array_equal(vals[:, pos[j]], bf16_round(v[j]))
+    from reame.codegen.ops.store_kv import reference
+    kc, vc = reference(np.zeros_like(kv.k[0]), np.zeros_like(kv.v[0]), k, v,
+                       pos.astype(np.int32), seq.astype(np.int32), kv.tables, 32)
+    assert np.array_equal(kc, kv.k[0]) and np.array_equal(vc, kv.v[0])
+
+
 def test_kv_type_auto(synth_dir, stories_model):
     """--kv-type auto (the command line's and server's default): bf16 where the JIT can keep it
-    (AMX-BF16 and head dims the tiles serve) with the default numerics; f32 with --act-type f32,
+    (AMX-BF16: the tile layout; AVX512_BF16 without AMX: the pair layout bf16p; and head dims
+    the kernels serve) with the default numerics; f32 with --act-type f32,
     --attn-type f32 or invariant, on the reference engine, for a model whose heads are 8 wide
-    (stories260K) and at a level without AMX. Catches an auto that is always f32 (the faster
+    (stories260K) and at a level without AVX512_BF16. Catches an auto that is always f32 (the faster
     cache never used) and one that asks for bf16 where the engine must refuse it."""
     from reame.engines import create_engine, kv_type_for
     from reame.errors import ReameError
     model = load_model(synth_model(synth_dir, "tiny-qwen2", "Q8_0"))
     c = model.config
+    from conftest import bf16dp_missing
     amx = amx_attention_missing() is None
-    assert kv_type_for(c) == ("bf16" if amx else "f32")
+    bf16 = "bf16" if amx else "bf16p" if bf16dp_missing() is None else None
+    assert kv_type_for(c) == (bf16 or "f32")
     assert kv_type_for(c, "auto", "jit", "f32") == "f32"
     assert kv_type_for(c, "auto", "jit", None, "f32") == "f32"
     assert kv_type_for(c, "auto", "jit", None, "invariant") == "f32"
@@ -392,7 +464,7 @@ def test_kv_type_auto(synth_dir, stories_model):
         kv_type_for(c, "q8")
     eng = create_engine(model, "jit", n_ctx=128, max_seqs=1, threads=1, kv_type="auto")
     try:
-        assert eng.kv.kv_type == ("bf16" if amx else "f32")
+        assert eng.kv.kv_type == (bf16 or "f32")
     finally:
         eng.close()
     from conftest import isa_at
@@ -404,20 +476,28 @@ def test_kv_type_auto(synth_dir, stories_model):
                           ((stories_model.config, "bf16"), {}, "kv-type bf16")):
         with pytest.raises(ReameError, match=why):
             kv_type_for(*args, **kw)
-    if amx:
-        assert kv_type_for(c, "bf16") == "bf16"
+    if bf16:
+        assert kv_type_for(c, "bf16") == bf16
         with pytest.raises(ReameError, match="attn-type f32"):
             kv_type_for(c, "bf16", "jit", None, "f32")
 
 
-def test_bf16_kv_cache_refusals(synth_dir):
-    """A bf16 cache needs the amx attention: refused in one line at a level without AMX, with
-    --attn-type f32, and for head dims the tiles do not serve."""
-    from conftest import isa_at
+def test_bf16_kv_cache_refusals(synth_dir, stories_model):
+    """A bf16 cache needs bf16 attention that reads it: refused in one line at a level without
+    AMX (the tile layout) or AVX512_BF16 (the pair layout), with --attn-type f32, and for head
+    dims the kernels do not serve."""
+    from conftest import bf16dp_missing, isa_at
     model = load_model(synth_model(synth_dir, "tiny-qwen2", "Q8_0"))
-    with pytest.raises(ValueError, match="AMX-BF16"):
-        JITEngine(model, n_ctx=128, max_seqs=1, threads=1, kv_dtype="bf16",
-                  isa=isa_at("avx512"))
+    for kv in ("bf16", "bf16p"):
+        with pytest.raises(ValueError, match="AMX-BF16"):
+            JITEngine(model, n_ctx=128, max_seqs=1, threads=1, kv_dtype=kv,
+                      isa=isa_at("avx512"))
+    if bf16dp_missing() is None:
+        for kw, why in (({"attn_type": "f32"}, "attn-type f32"), ({"block_size": 8}, "blocks of 8")):
+            with pytest.raises(ValueError, match=why):
+                JITEngine(model, n_ctx=128, max_seqs=1, threads=1, kv_dtype="bf16p", **kw)
+        with pytest.raises(ValueError, match="head dims 8/8"):      # Dv 8: not a multiple of 16
+            JITEngine(stories_model, n_ctx=128, max_seqs=1, threads=1, kv_dtype="bf16p")
     if amx_attention_missing():
         return
     with pytest.raises(ValueError, match="head dims|attn-type f32"):

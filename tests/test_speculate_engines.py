@@ -340,7 +340,7 @@ def test_invariant_attention_keeps_a_tokens_logits_in_a_prompt_sized_step(attn_t
         eng.close()
 
 
-@pytest.mark.parametrize("kv", ["f32", "bf16"])
+@pytest.mark.parametrize("kv", ["f32", "bf16", "bf16p"])
 def test_a_tokens_attention_is_one_arithmetic_whatever_shares_its_step(kv):
     """The default attention (attn_type auto: bf16 prompt attention on an AMX-BF16 CPU) runs,
     in every program, a step's decode rows (Batch.n_decode, first) on attn_decode and its
@@ -354,12 +354,14 @@ def test_a_tokens_attention_is_one_arithmetic_whatever_shares_its_step(kv):
     rows on the prompt kernel (the mixed step's row differs), and a lone prompt row left in
     the one-token program, which has no prompt-row attention. With a bf16 cache (the AMX tile
     layout) every row runs the amx family: the same lines hold (catches programs choosing
-    their own key tile, bk 32 in some and 64 in others)."""
+    their own key tile, bk 32 in some and 64 in others); with the pair layout (bf16p, AVX512_BF16)
+    every row runs attn_decode's bf16dp family: the same lines hold (catches prompt rows left on
+    the f32 prompt kernel)."""
     from reame.batch import Batch
-    if kv == "bf16":
-        from conftest import amx_attention_missing
-        why = amx_attention_missing()
-        if why:                 # AMX-BF16 hardware; CI's VM has it, so there it runs
+    if kv != "f32":
+        from conftest import amx_attention_missing, bf16dp_missing
+        why = (amx_attention_missing if kv == "bf16" else bf16dp_missing)()
+        if why:                 # AMX-BF16 / AVX512_BF16 hardware
             pytest.skip(why)
     model, eng = smollm2_jit(max_seqs=4, kv_type=kv)
     try:

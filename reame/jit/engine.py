@@ -78,8 +78,8 @@ class JITEngine:
         self.attn_type = attn_precision(attn_type, self.isa, int_dot)
         # decode rows on attn_decode and prompt rows on attn_prefill in every program
         self.split_attention = _has_op("attn_prefill") and self.attn_type != "invariant"
-        if kv_dtype == "bf16":      # every row on the amx tiles, reading the cache in place
-            why = bf16_cache_refusal(self.isa, c, block_size, attn_type)
+        if kv_dtype in ("bf16", "bf16p"):   # every row in bf16 on the kernels of the layout
+            why = bf16_cache_refusal(self.isa, c, block_size, attn_type, kv_dtype)
             if why:
                 raise ValueError(why)
             self.attn_type, self.split_attention = "bf16", False

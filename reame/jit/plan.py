@@ -183,7 +183,8 @@ class _Lowering:
         """attn_decode over the decode rows and, in programs of more than one token with split
         attention, attn_prefill over the prompt rows after them (the one-token program has no
         prompt-row attention: a one-token prompt step runs the next program); with a bf16
-        cache, attn_prefill's amx family over every row."""
+        cache, attn_prefill's amx family over every row (the AMX tile layout) or attn_decode's
+        bf16dp family (the pair layout)."""
         c, e, kv = self.c, self.e, self.e.kv
         dims = dict(H=c.n_head, Hkv=c.n_head_kv, D=c.head_dim, Dv=c.head_dim_v, C=kv.table_ctx,
                     BS=kv.block_size, kv=e.kv_dtype, scale=float(c.kq_scale))
@@ -197,6 +198,13 @@ class _Lowering:
             # it in place, one tile choice in every program (a row's bits: its key tiles)
             self.emit(node.site, attn_prefill_spec("bf16", self.isa, PROMPT_STEP, **dims),
                       node.ins, (node.out,), q=q, out=out, pos=pos, seq=seq, n=N,
+                      **self.kv_args(node.layer))
+            return
+        if e.kv_dtype == "bf16p":
+            # the pair layout: every row on attn_decode's bf16dp family, one tile (its key blocks
+            # fix a row's bits) in every program
+            self.emit(node.site, self.spec("attn_decode", 1, "BF16", **dims), node.ins,
+                      (node.out,), q=q, out=out, pos=pos, seq=seq, n=N,
                       **self.kv_args(node.layer))
             return
         split = e.split_attention and self.bucket > 1

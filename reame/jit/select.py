@@ -157,25 +157,49 @@ def bf16_attention(isa: ISA, **dims) -> bool:
                for v in op.variants)
 
 
+def bf16_cache_layout(isa: ISA) -> str | None:
+    """The bf16 KV cache layout this level's attention reads, the one decision of it: "bf16"
+    (the AMX tile layout) where attn_prefill's amx family is usable, else "bf16p" (the pair
+    layout) where attn_decode's bf16dp family is (AVX512_BF16), else None."""
+    if bf16_attention(isa):
+        return "bf16"
+    return "bf16p" if _bf16dp(isa) else None
+
+
+def _bf16dp(isa: ISA) -> bool:
+    return any("BF16" in v.dtypes and v.usable(isa) for v in registry.get_op("attn_decode").variants)
+
+
 def bf16_cache_refusal(isa: ISA, config, block_size: int,
-                       attn_type: str | None = None) -> str | None:
-    """Why this CPU and model cannot keep a bf16 KV cache (the AMX tile layout, `--kv-type
-    bf16`), or None: every row of every step attends on attn_prefill's amx family, which reads
-    that cache in place, so it needs the family usable here and a tile serving the model's dims
-    (no sliding window or soft-capping, head dims multiples of 32 (keys) and 16 (values), key
-    tiles that divide the block size), and no attention type asking for f32 numerics."""
+                       attn_type: str | None = None, layout: str | None = None) -> str | None:
+    """Why this CPU and model cannot keep a bf16 KV cache (`--kv-type bf16`) in `layout`
+    (default: bf16_cache_layout), or None. Every row of every step attends in bf16 on the
+    kernel family that reads the layout in place: the AMX tile layout ("bf16") on
+    attn_prefill's amx family (no sliding window or soft-capping, head dims multiples of 32
+    (keys) and 16 (values), key tiles that divide the block size); the pair layout ("bf16p") on
+    attn_decode's bf16dp family (AVX512_BF16; no window or cap, an even key head size, value
+    head size a multiple of 16, blocks of a multiple of 16). No attention type asking for f32
+    numerics."""
     if attn_type in ("f32", "invariant"):
-        return f"--kv-type bf16 attends in bf16 on AMX tiles; --attn-type {attn_type} asks for f32"
-    if not bf16_attention(isa):
-        return (f"--kv-type bf16 is the AMX tile layout: it needs AMX-BF16 tiles (ISA level amx "
-                f"and the OS's permission to use them); this CPU runs at level {isa.level}: use "
-                f"--kv-type f16 for a 16-bit cache")
+        return f"--kv-type bf16 attends in bf16; --attn-type {attn_type} asks for f32"
+    layout = layout or bf16_cache_layout(isa)
+    if not (layout == "bf16" and bf16_attention(isa) or layout == "bf16p" and _bf16dp(isa)):
+        return (f"--kv-type bf16 needs AMX-BF16 tiles (ISA level amx and the OS's permission to "
+                f"use them) or AVX512_BF16 dot products (level avx512_bf16); this CPU runs at "
+                f"level {isa.level}: use --kv-type f16 for a 16-bit cache")
     c = config
     dims = dict(H=c.n_head, Hkv=c.n_head_kv, D=c.head_dim, Dv=c.head_dim_v, C=block_size,
-                BS=block_size, kv="bf16", scale=float(c.kq_scale))
+                BS=block_size, kv=layout, scale=float(c.kq_scale))
     if c.attn_softcap or c.swa:
-        return ("--kv-type bf16: the amx attention has no sliding window or soft-capping, which "
+        return ("--kv-type bf16: the bf16 attention has no sliding window or soft-capping, which "
                 "this model uses: use --kv-type f16")
+    if layout == "bf16p":
+        op = registry.get_op("attn_decode")
+        if not any(op.tiles(v, dims) for v in op.variants if "BF16" in v.dtypes and v.usable(isa)):
+            return (f"--kv-type bf16: no bf16 attention tile serves head dims {c.head_dim}/"
+                    f"{c.head_dim_v} (an even key size and a value size a multiple of 16 "
+                    f"needed) and KV blocks of {block_size}: use --kv-type f16")
+        return None
     if not bf16_attention(isa, **dims):
         return (f"--kv-type bf16: no amx attention tile serves head dims {c.head_dim}/"
                 f"{c.head_dim_v} (multiples of 32 and 16 needed), {c.n_head}/{c.n_head_kv} heads "

@@ -128,9 +128,10 @@ def tolerance(dtype):
     return (2e-5, 2e-5)
 
 
-def _reference(spec, case):
-    """f32 families: float64 attention; bf16dp (dtype BF16): attn_prefill's bf16_reference with
-    the kernel's key blocks."""
+def dtype_reference(spec, case):
+    """The reference of attn_decode's and attn_prefill's specs: float64 attention for the f32
+    families; for dtype BF16 (attn_decode's bf16dp, attn_prefill's amx) attn_prefill's
+    bf16_reference with the kernel's key blocks bk."""
     if spec.dtype != "BF16":
         return case_reference(spec, case)
     from .attn_prefill import bf16_reference
@@ -140,7 +141,8 @@ def _reference(spec, case):
                                   spec.p["bk"])}
 
 
-def _tolerance(dtype):
+def dtype_tolerance(dtype):
+    """Both attention ops' tolerance: the f32 kernels', or BF16_VS_F64 for dtype BF16."""
     if dtype == "BF16":
         from .attn_prefill import BF16_VS_F64
         return BF16_VS_F64
@@ -170,8 +172,8 @@ OP = Op(
         Variant("bf16dp", "avx512_bf16", ("BF16",), ({"bk": 32}, {"bk": 16}), BF16DP),
     ),
     make_case=_case,
-    reference=_reference,
-    tolerance=_tolerance,
+    reference=dtype_reference,
+    tolerance=dtype_tolerance,
     example_dims={"H": 14, "Hkv": 2, "D": 64, "Dv": 64, "C": 4096, "BS": 32, "kv": "f32",
                   "scale": 1 / math.sqrt(64)},
     doc="decode attention: each token over its KV prefix (paged or contiguous), GQA, online softmax",

@@ -51,9 +51,9 @@ import math
 
 import numpy as np
 
-from .attn_decode import case_reference, key_block_fits, make_attention_case, tolerance
+from .attn_decode import dtype_reference, dtype_tolerance, key_block_fits, make_attention_case
 from .base import HEAVY_SLICES, Op, Variant
-from .kv_layout import as_float, bf16_round
+from .kv_layout import bf16_round
 from .matmul_q8k import AmxVariant
 
 
@@ -119,16 +119,6 @@ def bf16_reference(q, kc, vc, pos, seq, scale, bk, slack=False):
 TIE_ULPS = 128      # float32 ulps (2^-16 relative) around a bf16 rounding tie: either way
 
 
-def _reference(spec, case):
-    """The f32 families: float64 attention; the amx family (dtype BF16): bf16_reference."""
-    if spec.dtype != "BF16":
-        return case_reference(spec, case)
-    b = case.buffers
-    kc, vc = as_float(b["kc"], b["vc"], b["bt"], spec.p["BS"], spec.p["kv"])
-    return {"out": bf16_reference(b["q"], kc, vc, b["pos"], b["seq"], spec.p["scale"],
-                                  spec.p["bk"])}
-
-
 # amx (dtype BF16) against bf16_reference (tests/test_kernels_attention.py): within BF16_TIGHT
 # (the f32 kernels' tolerance: float32 sums of the scores and of P, exp's ulp) plus the slack of
 # the P at bf16 rounding ties (bf16_reference(slack=True)); measured: the median element 2e-8
@@ -140,10 +130,6 @@ BF16_TIGHT = (2e-5, 2e-5)
 # worst 1.9e-2. The op's tolerance for BF16 (Op.check against bf16_reference, and the dispatch
 # table's check of a BF16 kernel against the f32 generic kernel, at twice it)
 BF16_VS_F64 = (3e-2, 3e-2)
-
-
-def _tolerance(dtype):
-    return BF16_VS_F64 if dtype == "BF16" else tolerance(dtype)
 
 
 def _fits(tile, dims):
@@ -190,8 +176,8 @@ OP = Op(
                                              {"mb": 4, "bk": 32}, {"mb": 2, "bk": 64}), AMX),
     ),
     make_case=_case,
-    reference=_reference,
-    tolerance=_tolerance,
+    reference=dtype_reference,
+    tolerance=dtype_tolerance,
     example_dims={"H": 14, "Hkv": 2, "D": 64, "Dv": 64, "C": 4096, "BS": 32, "kv": "f32",
                   "scale": 1 / math.sqrt(64)},
     doc="prefill attention: causal, tiled (rb tokens x G heads vs bk keys), GQA, online "

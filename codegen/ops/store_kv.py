@@ -6,8 +6,8 @@ kc, vc the layer's cache arrays (f32 or f16) in one of the layouts of ops/kv_lay
 reame.kv_cache.PagedKVCache) or contiguous (BS = 0: [slots, Hkv, C, D], bt unused); pos, seq i32
 [n]. Token i's rows go to position pos[i] of slot seq[i]: row pos % BS of block
 bt[seq, pos / BS] (paged) or (seq, :, pos, :). dims ("Hkv", "D", "Dv", "C", "BS", "kv"),
-kv = "f32" | "f16" | "bf16" | "bf16p". f16 conversion rounds to nearest even and is bit-exact with numpy's
-astype(float16), including overflow to inf and denormals (NaN becomes a quiet NaN with its sign);
+kv = "f32" | "f16" | "bf16" | "bf16p". f16 conversion rounds to nearest even and is bit-exact
+with numpy's astype(float16), including overflow to inf and denormals (NaN becomes a quiet NaN with its sign);
 bf16 (the AMX tile layout of ops/kv_layout.py) writes bfloat16 bits rounded to nearest even
 (kv_layout.bf16_bits) and each value row as a column of its block's transposed values
 vc[block, h, :, pos % BS]; bf16p (the pair layout, paged only) the same bits as pairs

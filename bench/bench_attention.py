@@ -10,7 +10,8 @@ Every kernel is validated against its numpy reference before it is timed. Timing
     python -m bench.bench_attention [--ctx 4096] [--prefill 512] [--cached 0] [--kv f32,f16]
                                     [--skip-decode] [--verify-rows 16]
 
-Decode: one token at position ctx - 1 of one sequence, every attn_decode variant; then
+Decode: one token at position ctx - 1 of one sequence, every attn_decode variant (the f32 ones,
+and with `--kv bf16p`, the pair-layout bf16 cache of AVX512_BF16 CPUs, the bf16dp family); then
 --verify-rows consecutive tokens of one sequence, as a verify step's rows of a drafted
 sequence. The same two cases on every attn_prefill family (f32 and amx), with whether each
 row's output bits are the same computed alone as in the run ("invariant"): a kernel that both

@@ -63,8 +63,13 @@ def cmd_codegen(args) -> int:
     specs = [s for s in specs if all(s.p.get(k) == v for k, v in tile.items())]
     if not specs:
         wanted = " ".join(x for x in (args.family, args.tile) if x)
+        shown = ",".join(f"{k}={v}" for k, v in dims.items())
+        hint = ("" if any(dtype in v.dtypes and v.usable(isa) for v in op.variants) else
+                "; its variants' dtypes here: " + ", ".join(sorted(
+                    {d for v in op.variants if v.usable(isa) for d in v.dtypes})))
         raise ReameError(f"no {op.name} variant for {dtype} at level {isa.level}"
-                         + (f" matching {wanted}" if wanted else ""))
+                         + (f" matching {wanted}" if wanted else "")
+                         + f" that serves {shown} (--dims to change them){hint}")
     spec = specs[-1]      # the most specific variant that matches
     if args.stage == "template":
         print(f"; {spec.label()}")

@@ -196,6 +196,17 @@ def test_impossible_tile(capsys):
     _one_line_error(capsys, "--dump", "rms_norm", "--tile", "vl")          # not NAME=VALUE
 
 
+def test_no_variant_names_the_dims_it_tried(capsys):
+    """A dtype whose variants do not serve the example dims (attn_decode's BF16 family reads a
+    bf16p cache, the examples are an f32 one) says which dims it tried and that --dims changes
+    them; a dtype no variant has lists the ones that exist. Catches an error that leaves the
+    user guessing why a listed variant cannot be dumped."""
+    msg = _one_line_error(capsys, "--dump", "attn_decode", "--dtype", "BF16")
+    assert "kv=f32" in msg and "--dims" in msg
+    msg = _one_line_error(capsys, "--dump", "attn_decode", "--dtype", "Q4_K")
+    assert "dtypes here:" in msg and "F32" in msg
+
+
 def test_unknown_type(capsys):
     msg = _one_line_error(capsys, "--dump", "matmul", "--dtype", "Q9_9")
     assert "Q9_9" in msg

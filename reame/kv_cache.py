@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .codegen.ops.kv_layout import KV_DTYPES, bf16_bits, from_bf16, from_pairs
+from .codegen.ops.kv_layout import KV_DTYPES, row_layout, write_rows
 
 DEFAULT_MAX_CTX = 4096     # context per sequence when the user does not ask for another
 DEFAULT_BLOCK_SIZE = 64    # positions per block (docs/server.md: 16 / 32 / 64 measured)
@@ -115,31 +115,11 @@ class PagedKVCache:
     def store(self, layer: int, seq: np.ndarray, pos: np.ndarray, k: np.ndarray, v: np.ndarray):
         """k [n, n_head_kv, head_dim] and v for n tokens at (seq[i], pos[i])."""
         blk, row = self.tables[seq, pos // self.block_size], pos % self.block_size
-        if self.kv_type == "bf16":
-            self.k[layer][blk, :, row] = bf16_bits(k)
-            self.v[layer][blk, :, :, row] = bf16_bits(v)
-            return
-        if self.kv_type == "bf16p":
-            n, hkv, d = k.shape
-            self.k[layer][blk, :, :, row] = bf16_bits(k).reshape(n, hkv, d // 2, 2)
-            self.v[layer][blk, :, row // 2, :, row % 2] = bf16_bits(v)
-            return
-        self.k[layer][blk, :, row] = k
-        self.v[layer][blk, :, row] = v
+        write_rows(self.k[layer], self.v[layer], blk, row, k, v, self.kv_type)
 
     def prefix(self, layer: int, seq: int, length: int):
         """float32 keys and values [n_head_kv, length, d] of positions 0..length-1 of one sequence."""
         blocks = self.tables[seq, :-(-length // self.block_size)]
-        if self.kv_type == "bf16p":
-            k, v = from_pairs(self.k[layer][blocks], self.v[layer][blocks])
-            return tuple(x.transpose(1, 0, 2, 3).reshape(x.shape[1], -1, x.shape[3])[:, :length]
-                         for x in (k, v))
-        out = []
-        for cache, col in ((self.k[layer], False), (self.v[layer], self.kv_type == "bf16")):
-            x = cache[blocks]                                 # [nb, Hkv, BS, d]
-            if col:                                           # [nb, Hkv, d, BS]
-                x = x.swapaxes(2, 3)
-            x = x.transpose(1, 0, 2, 3).reshape(x.shape[1], -1, x.shape[3])[:, :length]
-            out.append(from_bf16(x) if self.kv_type == "bf16" else
-                       x.astype(np.float32, copy=False))
-        return out[0], out[1]
+        parts = row_layout(self.k[layer][blocks], self.v[layer][blocks], self.kv_type)
+        return tuple(x.transpose(1, 0, 2, 3).reshape(x.shape[1], -1, x.shape[3])[:, :length]
+                     for x in parts)

@@ -110,8 +110,9 @@ def bf16dp_missing() -> str | None:
     """Why attn_decode's bf16dp family (the bf16 KV cache in the pair layout, AVX512_BF16) cannot
     run on this CPU, or None (no forced level gives a CPU instructions it lacks)."""
     from reame.codegen.isa import detect
+    from reame.jit.select import bf16dp_attention
     isa = detect()
-    return None if isa.has("avx512_bf16") else \
+    return None if bf16dp_attention(isa) else \
         f"no AVX512_BF16 on this CPU (level {isa.level}): attn_decode's bf16dp family cannot run"
 
 

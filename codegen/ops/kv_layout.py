@@ -100,13 +100,38 @@ def contiguous(cache: np.ndarray, bt: np.ndarray, BS: int) -> np.ndarray:
         slots, Hkv, mb * BS, d)
 
 
-def as_float(kc: np.ndarray, vc: np.ndarray, bt: np.ndarray, BS: int, kv: str):
-    """Both caches as float32 in the contiguous row layout [slots, Hkv, C, d] (bf16 values
-    widened and transposed back): what the references read."""
+def row_layout(kc: np.ndarray, vc: np.ndarray, kv: str):
+    """Keys and values of any layout as float32 in the row layout [blocks or slots, Hkv, BS or C,
+    d] (bf16 bits widened, the tile layout's values and the pair layout transposed back)."""
     if kv == "bf16":
-        kc, vc = from_bf16(kc), from_bf16(vc).swapaxes(-1, -2)
-    elif kv == "bf16p":
-        kc, vc = from_pairs(kc, vc)
+        return from_bf16(kc), from_bf16(vc).swapaxes(-1, -2)
+    if kv == "bf16p":
+        return from_pairs(kc, vc)
+    return kc.astype(np.float32, copy=False), vc.astype(np.float32, copy=False)
+
+
+def write_rows(kc: np.ndarray, vc: np.ndarray, where, row, k: np.ndarray, v: np.ndarray,
+               kv: str) -> None:
+    """Tokens' rows k [n, Hkv, D], v [n, Hkv, Dv] into cells (where, row) of a cache (kv_layout.
+    cells), in place, in its layout: what store_kv computes (f16 rounded as numpy's astype,
+    bf16 bits rounded to nearest even)."""
+    if kv == "bf16p":
+        n, hkv, d = k.shape
+        kc[where, :, :, row] = bf16_bits(k).reshape(n, hkv, d // 2, 2)
+        vc[where, :, row // 2, :, row % 2] = bf16_bits(v)
+    elif kv == "bf16":
+        kc[where, :, row] = bf16_bits(k)
+        vc[where, :, :, row] = bf16_bits(v)
+    else:
+        with np.errstate(over="ignore"):
+            kc[where, :, row] = k.astype(kc.dtype)
+            vc[where, :, row] = v.astype(vc.dtype)
+
+
+def as_float(kc: np.ndarray, vc: np.ndarray, bt: np.ndarray, BS: int, kv: str):
+    """Both caches as float32 in the contiguous row layout [slots, Hkv, C, d]: what the
+    references read."""
+    kc, vc = row_layout(kc, vc, kv)
     return contiguous(kc, bt, BS).astype(np.float32), contiguous(vc, bt, BS).astype(np.float32)
 
 

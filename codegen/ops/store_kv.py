@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from .base import Case, Op, Variant
-from .kv_layout import bf16_bits, cells, random_cache
+from .kv_layout import cells, random_cache, write_rows
 
 
 def _case(spec, rng, n):
@@ -43,28 +43,17 @@ def _case(spec, rng, n):
     return Case(bufs, OP.pack(bufs, n=n), ("kc", "vc"))
 
 
-def reference(kc, vc, k, v, pos, seq, bt=None, BS=0):
+def reference(kc, vc, k, v, pos, seq, bt=None, BS=0, kv="f32"):
     kc, vc = kc.copy(), vc.copy()
     where, row = cells(bt, BS, seq, pos)
-    if kc.ndim == 5:                            # bf16p: pairs (kv_layout.py)
-        n, hkv, d = k.shape
-        kc[where, :, :, row] = bf16_bits(k).reshape(n, hkv, d // 2, 2)
-        vc[where, :, row // 2, :, row % 2] = bf16_bits(v)
-        return kc, vc
-    if kc.dtype == np.uint16:                   # bf16 bits; values transposed in a block
-        kc[where, :, row] = bf16_bits(k)
-        vc[where, :, :, row] = bf16_bits(v)
-        return kc, vc
-    with np.errstate(over="ignore"):
-        kc[where, :, row] = k.astype(kc.dtype)
-        vc[where, :, row] = v.astype(vc.dtype)
+    write_rows(kc, vc, where, row, k, v, kv)
     return kc, vc
 
 
 def _reference(spec, case):
     b = case.buffers
     kc, vc = reference(b["kc_in"], b["vc_in"], b["k"], b["v"], b["pos"], b["seq"], b["bt"],
-                       spec.p["BS"])
+                       spec.p["BS"], spec.p["kv"])
     with np.errstate(invalid="ignore"):
         return {"kc": kc.astype(np.float64), "vc": vc.astype(np.float64)}
 

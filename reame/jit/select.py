@@ -163,10 +163,11 @@ def bf16_cache_layout(isa: ISA) -> str | None:
     layout) where attn_decode's bf16dp family is (AVX512_BF16), else None."""
     if bf16_attention(isa):
         return "bf16"
-    return "bf16p" if _bf16dp(isa) else None
+    return "bf16p" if bf16dp_attention(isa) else None
 
 
-def _bf16dp(isa: ISA) -> bool:
+def bf16dp_attention(isa: ISA) -> bool:
+    """Whether attn_decode has a usable BF16 variant (bf16dp: AVX512_BF16) at this level."""
     return any("BF16" in v.dtypes and v.usable(isa) for v in registry.get_op("attn_decode").variants)
 
 
@@ -183,7 +184,7 @@ def bf16_cache_refusal(isa: ISA, config, block_size: int,
     if attn_type in ("f32", "invariant"):
         return f"--kv-type bf16 attends in bf16; --attn-type {attn_type} asks for f32"
     layout = layout or bf16_cache_layout(isa)
-    if not (layout == "bf16" and bf16_attention(isa) or layout == "bf16p" and _bf16dp(isa)):
+    if not (layout == "bf16" and bf16_attention(isa) or layout == "bf16p" and bf16dp_attention(isa)):
         return (f"--kv-type bf16 needs AMX-BF16 tiles (ISA level amx and the OS's permission to "
                 f"use them) or AVX512_BF16 dot products (level avx512_bf16); this CPU runs at "
                 f"level {isa.level}: use --kv-type f16 for a 16-bit cache")
@@ -194,8 +195,7 @@ def bf16_cache_refusal(isa: ISA, config, block_size: int,
         return ("--kv-type bf16: the bf16 attention has no sliding window or soft-capping, which "
                 "this model uses: use --kv-type f16")
     if layout == "bf16p":
-        op = registry.get_op("attn_decode")
-        if not any(op.tiles(v, dims) for v in op.variants if "BF16" in v.dtypes and v.usable(isa)):
+        if not registry.get_op("attn_decode").specs("BF16", isa, **dims):
             return (f"--kv-type bf16: no bf16 attention tile serves head dims {c.head_dim}/"
                     f"{c.head_dim_v} (an even key size and a value size a multiple of 16 "
                     f"needed) and KV blocks of {block_size}: use --kv-type f16")

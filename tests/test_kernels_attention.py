@@ -597,7 +597,7 @@ def test_attn_decode_bf16dp_row_bits_do_not_depend_on_the_batch():
 def test_attn_decode_bf16dp_refuses():
     """bf16dp is dtype BF16 over the pair layout only; the f32 families never take a bf16p cache
     and attn_prefill takes none (every row of a bf16p engine runs bf16dp); windows, caps, an
-    odd D, Dv not a multiple of 16, a contiguous cache and 16-position blocks for bk 32 are
+    odd D, Dv not a multiple of 16, a contiguous cache and blocks smaller than bk are
     refused."""
     from conftest import bf16dp_missing
     why = bf16dp_missing()
@@ -605,13 +605,14 @@ def test_attn_decode_bf16dp_refuses():
         pytest.skip(why)
     op, isa = get_op("attn_decode"), detect()
     dims = dict(H=8, Hkv=2, D=64, Dv=64, C=256, BS=64, kv="bf16p", scale=0.125)
-    assert {s.p["bk"] for s in op.specs("BF16", isa, **dims)} == {16, 32}
+    assert {s.p["bk"] for s in op.specs("BF16", isa, **dims)} == {16, 32, 64}
     assert not op.specs("F32", isa, **dims)
     assert not get_op("attn_prefill").specs("F32", isa, **dims)
     assert not op.specs("BF16", isa, **{**dims, "kv": "f32"})
     for bad in ({"swa": 32}, {"softcap": 30.0}, {"D": 63}, {"Dv": 40}, {"BS": 0}):
         assert not op.specs("BF16", isa, **{**dims, **bad}), bad
     assert {s.p["bk"] for s in op.specs("BF16", isa, **{**dims, "BS": 16})} == {16}
+    assert {s.p["bk"] for s in op.specs("BF16", isa, **{**dims, "BS": 32})} == {16, 32}
 
 
 def test_bf16_reference_rounds():

@@ -65,19 +65,23 @@ PROMPT_STEP = 17
 
 # the x86 levels whose row panels run on 256-bit registers (below avx512_vnni)
 PANEL_256 = ("avx2", "avx_vnni", "avx512")
+# the x86 levels where Q8_0 / Q4_0 / Q4_1 / IQ4_NL weights are repacked into records: every one
+# but amx, whose prompt chunks run matmul_q8a's AMX tiles on the file's rows
+Q8A_RECORD_LEVELS = PANEL_256 + ("avx512_vnni", "avx512_bf16")
 
 TENSOR_TYPES: dict[str, TensorType] = {t.name: t for t in (
     #    type      activations  traits
     _row("F32"),
     _row("F16"),
     _row("BF16"),
-    # Q8_0 / Q4_0 / Q4_1 (and IQ4_NL below): row panels on records (matmul_q8a_rp) below
-    # avx512_vnni, where the
-    # panels on GGUF rows (matmul_q8a `panel`, 16-row transposes per block) cost more than the
-    # 1-row tiles at one token; from avx512_vnni those panels run on the file's rows
-    _row("Q8_0",   "q8a",       row_panel=True, row_panel_levels=PANEL_256),
-    _row("Q4_0",   "q8a",       row_panel=True, row_panel_levels=PANEL_256),
-    _row("Q4_1",   "q8a",       row_panel=True, row_panel_levels=PANEL_256),
+    # Q8_0 / Q4_0 / Q4_1 (and IQ4_NL below): row panels on records (matmul_q8a_rp) at every x86
+    # level but amx: the panels on GGUF rows (matmul_q8a `panel`, 16-row transposes and a scale
+    # gather per block) cost more than the 1-row tiles at one token on 256-bit registers, and
+    # on zmm (AMD Zen 4, 2 threads from DRAM) 1.6-1.75x the records' time at one token and up
+    # to 1.9x at 8 (docs/kernels-int8.md); on AMX CPUs the file's rows feed the AMX prompt tiles
+    _row("Q8_0",   "q8a",       row_panel=True, row_panel_levels=Q8A_RECORD_LEVELS),
+    _row("Q4_0",   "q8a",       row_panel=True, row_panel_levels=Q8A_RECORD_LEVELS),
+    _row("Q4_1",   "q8a",       row_panel=True, row_panel_levels=Q8A_RECORD_LEVELS),
     _row("Q5_0",   "q8a"),
     _row("Q5_1",   "q8a"),
     _row("Q4_K",   "q8k",       int_dot=True, row_panel=True, q8k_prompt=True),
@@ -96,7 +100,7 @@ TENSOR_TYPES: dict[str, TensorType] = {t.name: t for t in (
     _row("Q2_K",   "q8k",       prompt_families=("amx", "i8mm", "avx2")),
     _row("Q3_K",   "q8k",       prompt_families=("amx", "i8mm", "avx2")),
     _row("IQ4_XS", "q8k",       prompt_families=("amx", "i8mm", "avx2")),
-    _row("IQ4_NL", "q8a",       row_panel=True, row_panel_levels=PANEL_256),
+    _row("IQ4_NL", "q8a",       row_panel=True, row_panel_levels=Q8A_RECORD_LEVELS),
 )}
 
 # IQ4_NL / IQ4_XS: the 16 signed levels a 4-bit index selects (gguf's own table)

@@ -656,7 +656,7 @@ def test_q8k_sites_and_panel_layout(q4km_model, level):
     panel kernels (x86-64 from avx2 up; Q6_K only below avx512_vnni, where matmul_q8k has no
     panels on GGUF rows; one copy per tensor, shared by all programs), the rest through
     matmul_q8k; the legacy fallback (ffn_down, K = 352: Q5_0/Q8_0) stays on Q8A (Q8_0 through
-    matmul_q8a_rp on a repacked copy below avx512_vnni); each
+    matmul_q8a_rp on a repacked copy at every x86 level but amx); each
     producer is quantised once per format. At this CPU's level and at the forced avx2 level
     (catches the panels left to the AVX-512 levels)."""
     from conftest import isa_at
@@ -677,7 +677,7 @@ def test_q8k_sites_and_panel_layout(q4km_model, level):
                     assert ops[t.name] == ("matmul_q8k_rp" if rp else "matmul_q8k"), (bucket, w)
                     assert (t.name in eng.panel_weights) == rp
                 down = q4km_model.tensor(f"{b}ffn_down.weight")     # K = 352: Q5_0 / Q8_0
-                rp8 = (panels and not eng.isa.has("avx512_vnni") and down.n_rows % 16 == 0
+                rp8 = (panels and not eng.isa.has("amx") and down.n_rows % 16 == 0
                        and down.type.name in ("Q8_0", "Q4_0", "Q4_1"))
                 assert ops[down.name] == ("matmul_q8a_rp" if rp8 else "matmul_q8a"), bucket
                 assert (down.name in eng.panel_weights) == rp8

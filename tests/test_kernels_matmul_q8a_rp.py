@@ -69,8 +69,8 @@ def test_records_give_the_gguf_panels_bits(dtype):
     isa = _isa("native")
     if not isa.has("avx512_vnni"):
         pytest.skip("no AVX-512 VNNI here")
-    M, K, n = 48, 320, 11
-    for nt in (1, 4, 8):
+    M, K, n = 48, 320, 19
+    for nt in (1, 2, 4, 8, 12, 16):
         zmm = KernelSpec.make(OP.name, dtype, "panel", isa.level, M=M, K=K, acc=1, nt=nt)
         case = OP.make_case(zmm, np.random.default_rng([8, nt]), n)
         y0 = case.buffers["y"].copy()
@@ -84,7 +84,8 @@ def test_records_give_the_gguf_panels_bits(dtype):
                                    nt=nt)
             build(gguf, isa).run_threads(get_op("matmul_q8a").pack(bufs, n=n), 2)
         halves = [{"lanes": 8}] if nt == 8 and dtype in HALVES_TYPES else []
-        for level, more in [("native", {}), ("avx2", {}), ("avx_vnni", {})] \
+        for level, more in [("native", {})] + [(lv, {}) for lv in ("avx2", "avx_vnni")
+                                               if nt <= 8] \
                 + [(lv, h) for h in halves for lv in ("avx2", "avx_vnni")]:
             if level != "native" and level not in isa.levels:
                 continue
@@ -132,10 +133,10 @@ def test_reads_stay_inside_the_records(dtype, at_end):
 
 def test_prompt_programs_start_on_the_8_row_passes_below_avx512_vnni_only():
     """Q4_0/Q4_1 prompt programs start on the 8-row passes (lanes = 8) at the 256-bit levels,
-    steps and Q8_0/IQ4_NL never; at avx512_vnni and up, where this op's `panel` variant of level
-    avx2 renders zmm tiles, not at all. Catches the variant without min_tokens (offered to
-    steps) or without `below` (the zmm levels would start on, and offer the adaptive runtime, a
-    second name for the same zmm kernel)."""
+    steps and Q8_0/IQ4_NL never; at avx512_vnni and up (the zmm `panel` variant) not at all, and
+    there the 256-bit variant's tiles are not offered beside the zmm ones. Catches the variant
+    without min_tokens (offered to steps) or a variant without `below` (the zmm levels would
+    start on, and offer the adaptive runtime, a second name for the same zmm kernel)."""
     from reame.jit.select import choose
     from reame.tensor_types import PROMPT_STEP
     dims = dict(M=256, K=256, acc=0)
@@ -150,3 +151,5 @@ def test_prompt_programs_start_on_the_8_row_passes_below_avx512_vnni_only():
         for dtype in TYPES:
             assert "lanes" not in dict(choose(OP.name, dtype, native, 512, **dims).params)
             assert not any("lanes" in dict(s.params) for s in OP.specs(dtype, native, **dims))
+            labels = [s.label() for s in OP.specs(dtype, native, **dims)]
+            assert len(labels) == len(set(labels)), labels

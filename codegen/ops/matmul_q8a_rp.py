@@ -8,16 +8,19 @@ Q4_1 or IQ4_NL tensor, done once when the engine loads the model: per 16 rows an
 (the 16 rows' f16 d as one 32-byte vector, Q4_1's d | m << 16 as one 64-byte vector, then the
 quants' dwords, lane r = row r). The row panels then read with plain loads what matmul_q8a's
 `panel` family transposes and gathers from 16 rows per block, which at one token on 256-bit
-registers cost more than the 1-row tiles (docs/kernels-int8.md). Threads split the rows in whole
-panels.
+registers cost more than the 1-row tiles, and on zmm more than the records (docs/kernels-int8.md).
+Threads split the rows in whole panels.
 
 Families (templates/matmul_q8a_rp_<family>.ll.j2, which include matmul_q8a's):
     generic   matmul_q8a's generic kernel, each block gathered back from its record into a stack
               buffer first: the portable reference the dispatch table checks against
     panel     matmul_q8a's row-panel kernel on records, at the 256-bit levels (two ymm halves;
-              Q8_0 as |q| x the activation with q's sign at avx2, as q + 128 at avx_vnni) and
-              above (zmm); in prompt chunks (min_tokens) Q4_0/Q4_1 as two passes of 8 rows
-              (lanes = 8)
+              Q8_0 as |q| x the activation with q's sign at avx2, as q + 128 at avx_vnni; in
+              prompt chunks (min_tokens) Q4_0/Q4_1 as two passes of 8 rows, lanes = 8) and from
+              avx512_vnni on zmm (nt up to 16, as matmul_q8a's panels): the weights' layout at
+              every x86 level but amx (reame/tensor_types.py Q8A_RECORD_LEVELS; on AMD Zen 4 the
+              zmm panels on GGUF rows took 1.6-1.75x the records' time at one token,
+              docs/kernels-int8.md)
 The expected result and tolerance are matmul_q8a's (same integer sums, same float steps).
 """
 
@@ -48,8 +51,12 @@ OP = Op(
                 "matmul_q8a generic on blocks gathered from the panel records"),
         Variant("panel", "avx2", RP_TYPES, ({"nt": 1}, {"nt": 2}, {"nt": 4}, {"nt": 8}),
                 "matmul_q8a's row panels on the panel layout: 16 rows x nt tokens per register "
-                "tile (two ymm halves below avx512_vnni), quants and scales loaded "
-                "pre-transposed"),
+                "tile as two ymm halves, quants and scales loaded pre-transposed",
+                below="avx512_vnni"),
+        Variant("panel", "avx512_vnni", RP_TYPES,
+                ({"nt": 1}, {"nt": 2}, {"nt": 4}, {"nt": 8}, {"nt": 12}, {"nt": 16}),
+                "the same on zmm registers (one vpdpbusd per 16 rows and dword), the step "
+                "programs' token tiles of matmul_q8a's panels"),
         Variant("panel", "avx2", HALVES_TYPES, ({"nt": 8, "lanes": 8},),
                 "prompt chunks: the 16-row panel as two 8-row passes (lanes = rows per "
                 "register tile), whose 8 weight vectors per block and 8-lane accumulators fit "

@@ -72,6 +72,7 @@ def test_the_output_head_is_tiled_for_the_logits_rows_a_step_may_return(tmp_path
             nt = re.search(r"nt=(\d+)", head[0])
             assert nt, head[0]
             want = min(bucket, eng.max_logits)
-            assert int(nt.group(1)) >= min(want, 16), (bucket, head[0])
+            # (8: the widest pass some record types take for 16 rows, two of them)
+            assert int(nt.group(1)) >= min(want, 8), (bucket, head[0])
     finally:
         eng.close()

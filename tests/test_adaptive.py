@@ -123,10 +123,10 @@ def greedy_run(model, sched, n_seqs=4, max_tokens=120):
 
 
 def tune_one_class(rt, cands, live=None):
-    """Make the tuner work on the decode program's first matmul_q8a class only, with the given
+    """Make the tuner work on the decode program's first matmul_q8a(_rp) class only, with the given
     candidate kernels (and live kernel)."""
     t = rt.tuner
-    cls = next(c for c in t.classes.values() if c.program == "4" and c.op == "matmul_q8a")
+    cls = next(c for c in t.classes.values() if c.program == "4" and c.op.startswith("matmul_q8a"))
     for other in t.classes.values():
         other.candidates = []
     if live is not None:
@@ -177,7 +177,7 @@ def test_a_faster_variant_is_promoted_and_one_that_degrades_is_rolled_back(
     def setup(rt):
         live0 = rt.engine.table.slots[0].kernel                  # any: replaced below
         cls = next(c for c in rt.tuner.classes.values()
-                   if c.program == "4" and c.op == "matmul_q8a")
+                   if c.program == "4" and c.op.startswith("matmul_q8a"))
         real = rt.engine.table.slots[cls.slots[0]].kernel
         slow_live = Wrapped(real, delay=4e-4 * TIME_SCALE, name="slowlive")
         fast = Wrapped(real, delay=0.0, name="fast")
@@ -207,7 +207,7 @@ def test_a_slowed_variant_is_rejected_and_a_wrong_one_refused(model, tmp_path,
                                                              reference_output):
     def setup(rt):
         cls = next(c for c in rt.tuner.classes.values()
-                   if c.program == "4" and c.op == "matmul_q8a")
+                   if c.program == "4" and c.op.startswith("matmul_q8a"))
         real = rt.engine.table.slots[cls.slots[0]].kernel
         return tune_one_class(rt, [Wrapped(real, wrong_above=2, name="wrong").kernel,
                                    Wrapped(real, delay=5e-4 * TIME_SCALE, name="slow").kernel])
@@ -230,7 +230,7 @@ def test_a_restart_does_not_try_again_what_was_refused(model, tmp_path):
     eng = engine(model)
     params = SchedulerParams(max_batch=2)
     rt = AdaptiveRuntime(eng, params, state_dir=tmp_path, save_every=0)
-    cls = next(c for c in rt.tuner.classes.values() if c.op == "matmul_q8a" and c.candidates)
+    cls = next(c for c in rt.tuner.classes.values() if c.op.startswith("matmul_q8a") and c.candidates)
     slow = cls.candidates[0]
     cls.tried[slow.label()] = "rejected (0.800x)"          # as _end_trial records a verdict
     rt.batch.refused[4] = rt.batch.steps                   # as a reverted probe does
@@ -251,7 +251,7 @@ def test_a_restart_does_not_try_again_what_was_refused(model, tmp_path):
 def test_frozen_runtime_explores_nothing(model, tmp_path, reference_output):
     def setup(rt):
         cls = next(c for c in rt.tuner.classes.values()
-                   if c.program == "4" and c.op == "matmul_q8a")
+                   if c.program == "4" and c.op.startswith("matmul_q8a"))
         real = rt.engine.table.slots[cls.slots[0]].kernel
         cls = tune_one_class(rt, [Wrapped(real, name="any").kernel])
         rt.freeze()
@@ -271,7 +271,7 @@ def test_frozen_runtime_explores_nothing(model, tmp_path, reference_output):
 def test_strategy_round_trip_and_bad_files(model, tmp_path, caplog):
     eng = engine(model)
     rt = AdaptiveRuntime(eng, SchedulerParams(max_batch=4, token_budget=256), state_dir=tmp_path)
-    cls = next(c for c in rt.tuner.classes.values() if c.op == "matmul_q8a" and c.candidates)
+    cls = next(c for c in rt.tuner.classes.values() if c.op.startswith("matmul_q8a") and c.candidates)
     other = cls.candidates[0]
     assert rt.tuner.apply_choices({cls.key: other}) == 1
     eng.table.commit()
@@ -326,7 +326,7 @@ def test_a_strategy_with_renamed_ops_is_ignored_with_a_warning(model, tmp_path, 
     has: ignored with a warning, never looked up (a KeyError would stop the server's start)."""
     rt = AdaptiveRuntime(engine(model), SchedulerParams(max_batch=4), state_dir=tmp_path)
     # a Q8_0 model: matmul_q8a sites at every level (its generic family included)
-    cls = next(c for c in rt.tuner.classes.values() if c.origin.op == "matmul_q8a")
+    cls = next(c for c in rt.tuner.classes.values() if c.origin.op.startswith("matmul_q8a"))
     o = cls.origin
     old = KernelSpec.make("matmul_q8", o.dtype, o.family, o.level, **dict(o.params))
     store.save(rt.path, rt.ident, {cls.key: old}, {})

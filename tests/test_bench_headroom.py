@@ -39,7 +39,7 @@ def test_kernel_lever_sees_a_slower_and_a_faster_candidate(eng):
     tuner = KernelTuner(eng)
     program = str(eng.program_of(4))
     cls = next(c for c in tuner.classes.values() if c.program == program
-               and c.op == "matmul_q8a")
+               and c.op.startswith("matmul_q8a"))
     real = eng.table.slots[cls.slots[0]].kernel
     # 0.2 ms a call is a large share of this tiny model's kernel time; emulated kernels run
     # ~20x slower, so the delay does too

@@ -1,5 +1,5 @@
-; golden: attn_decode_simd_f16: attn_decode/F32/simd@avx2[BS=32,C=4096,D=64,Dv=64,H=14,Hkv=2,kb=2,kv=f16,pf_loc=3,scale=0.125,vl=8]
-; symbol: reame_attn_decode_F32_simd_avx2_b35bc34414e0
+; golden: attn_decode_simd_f16: attn_decode/F32/simd@avx2[BS=32,C=4096,D=64,Dv=64,H=14,Hkv=2,kb=2,kv=f16,pf_loc=2,scale=0.125,vl=8]
+; symbol: reame_attn_decode_F32_simd_avx2_8ec776f43cf2
 ; attn_decode: grouped-query attention of each token over its own KV-cache prefix, with an
 ; online softmax (one pass over the keys, running max and sum): memory is O(G * Dv).
 ; args: [0] q: f32 [n, H, D]   [1] kc   [2] vc   [3] out: f32 [n, H, Dv]   [4] pos: i32 [n]
@@ -26,7 +26,7 @@
 ; renders this body with KIND avx2/avx512 (vcvtph2ps, FMA, exp with vscalefps).
 
 
-define void @reame_attn_decode_F32_simd_avx2_b35bc34414e0(ptr noalias nocapture readonly %args, i32 %ith, i32 %nth) {
+define void @reame_attn_decode_F32_simd_avx2_8ec776f43cf2(ptr noalias nocapture readonly %args, i32 %ith, i32 %nth) {
 entry:
   %arg.q = getelementptr i64, ptr %args, i64 0
   %q = load ptr, ptr %arg.q, align 8
@@ -374,16 +374,16 @@ pfk:
   %pfki = phi i64 [ 0, %body ], [ %pfkn, %pfk ]
   %pfka0 = add i64 %pfki, 0
   %pfkp0 = getelementptr i8, ptr %pfkb, i64 %pfka0
-  call void @llvm.prefetch.p0(ptr %pfkp0, i32 0, i32 3, i32 1)
+  call void @llvm.prefetch.p0(ptr %pfkp0, i32 0, i32 2, i32 1)
   %pfka1 = add i64 %pfki, 64
   %pfkp1 = getelementptr i8, ptr %pfkb, i64 %pfka1
-  call void @llvm.prefetch.p0(ptr %pfkp1, i32 0, i32 3, i32 1)
+  call void @llvm.prefetch.p0(ptr %pfkp1, i32 0, i32 2, i32 1)
   %pfka2 = add i64 %pfki, 128
   %pfkp2 = getelementptr i8, ptr %pfkb, i64 %pfka2
-  call void @llvm.prefetch.p0(ptr %pfkp2, i32 0, i32 3, i32 1)
+  call void @llvm.prefetch.p0(ptr %pfkp2, i32 0, i32 2, i32 1)
   %pfka3 = add i64 %pfki, 192
   %pfkp3 = getelementptr i8, ptr %pfkb, i64 %pfka3
-  call void @llvm.prefetch.p0(ptr %pfkp3, i32 0, i32 3, i32 1)
+  call void @llvm.prefetch.p0(ptr %pfkp3, i32 0, i32 2, i32 1)
   %pfkn = add i64 %pfki, 256
   %pfkm = icmp ult i64 %pfkn, 2048
   br i1 %pfkm, label %pfk, label %pfk.end
@@ -397,16 +397,16 @@ pfv:
   %pfvi = phi i64 [ 0, %pfk.end ], [ %pfvn, %pfv ]
   %pfva0 = add i64 %pfvi, 0
   %pfvp0 = getelementptr i8, ptr %pfvb, i64 %pfva0
-  call void @llvm.prefetch.p0(ptr %pfvp0, i32 0, i32 3, i32 1)
+  call void @llvm.prefetch.p0(ptr %pfvp0, i32 0, i32 2, i32 1)
   %pfva1 = add i64 %pfvi, 64
   %pfvp1 = getelementptr i8, ptr %pfvb, i64 %pfva1
-  call void @llvm.prefetch.p0(ptr %pfvp1, i32 0, i32 3, i32 1)
+  call void @llvm.prefetch.p0(ptr %pfvp1, i32 0, i32 2, i32 1)
   %pfva2 = add i64 %pfvi, 128
   %pfvp2 = getelementptr i8, ptr %pfvb, i64 %pfva2
-  call void @llvm.prefetch.p0(ptr %pfvp2, i32 0, i32 3, i32 1)
+  call void @llvm.prefetch.p0(ptr %pfvp2, i32 0, i32 2, i32 1)
   %pfva3 = add i64 %pfvi, 192
   %pfvp3 = getelementptr i8, ptr %pfvb, i64 %pfva3
-  call void @llvm.prefetch.p0(ptr %pfvp3, i32 0, i32 3, i32 1)
+  call void @llvm.prefetch.p0(ptr %pfvp3, i32 0, i32 2, i32 1)
   %pfvn = add i64 %pfvi, 256
   %pfvm = icmp ult i64 %pfvn, 2048
   br i1 %pfvm, label %pfv, label %pfv.end

@@ -77,7 +77,8 @@ def worker_reame(a) -> dict:
     toks = prompt_tokens(c.n_vocab, a.prompt)
     out = {"engine": "reame", "threads": eng.threads, "load_s": t_load - t0,
            "build_s": t_ready - t_load, "start_s": t_ready - t0, "kernels": len(eng.kernels),
-           "isa": eng.isa.level, "kv_bytes": eng.kv.nbytes,
+           "isa": eng.isa.level, "cpu": eng.isa.describe().get("model", ""),
+           "kv_bytes": eng.kv.nbytes,
            "file_bytes": os.path.getsize(a.model)}
     if a.validate:
         from reame.reference import ReferenceEngine
@@ -329,7 +330,8 @@ def bench_model(spec: str, a) -> dict:
                 f"{k}: {v:.1f}" for k, v in batched_runs[-1].items()) + " tok/s", flush=True)
     warm = reame_runs[1:]
     res = {"model": shape, "mix": mix, "file": str(path), "file_bytes": path.stat().st_size,
-           "threads": cold["threads"], "isa": cold["isa"], "prompt": a.prompt, "gen": a.gen,
+           "threads": cold["threads"], "isa": cold["isa"], "cpu": cold.get("cpu", ""),
+           "prompt": a.prompt, "gen": a.gen,
            "act_type": a.act_type, "reame": {
                "prefill_tps": best(reame_runs, "prefill_tps"),
                "decode_tps": best(reame_runs, "decode_tps"),
@@ -374,7 +376,8 @@ def bench_model(spec: str, a) -> dict:
 def markdown(results: list[dict], when: str) -> str:
     act = results[0].get("act_type", "q8")
     lines = [f"Measured {when} by `python -m bench.engine"
-             f"{' --act-type ' + act if act != 'q8' else ''}` on this machine "
+             f"{' --act-type ' + act if act != 'q8' else ''}` on this machine"
+             + (f", a {results[0]['cpu']}" if results[0].get("cpu") else "") + " "
              f"({results[0]['threads']} threads, ISA level {results[0]['isa']}, Reame "
              f"--act-type {act}); prompt "
              f"{results[0]['prompt']} tokens, decode {results[0]['gen']} tokens, best of the "

@@ -243,6 +243,41 @@ def test_a_depth_never_verified_reads_as_the_depth_before_it():
     assert choose([acc.rates("c", 20, 15)], 1, c, 100)[0] == 2
 
 
+def test_an_unseen_class_reads_the_mean_of_its_match_range():
+    """A request class never verified (a new system prompt) reads, per depth, the mean of the
+    stats of the classes with drafts of its match range, kept as classes are observed, evicted
+    (the oldest first, max_keys) and loaded; other ranges do not count, and with none at all it
+    reads the prior. Catches a sum not updated when a class is observed again (its old counts
+    stay in), an evicted class still counted, and a mean over the wrong range."""
+    def brute(acc, match):
+        r = acc.key("", match)[1]
+        sts = [st for (c, mr), st in acc.stats.items() if mr == r]
+        return [[sum(st[j][0] for st in sts) / len(sts), sum(st[j][1] for st in sts) / len(sts)]
+                for j in range(control.MAX_DRAFT)]
+
+    def flat(rows):
+        return [x for row in rows for x in row]
+
+    acc = control.Acceptance(max_keys=3)
+    assert acc.rates("new", 20, 2) == pytest.approx([0.6, 0.6])         # nothing yet: the prior
+    for _ in range(30):
+        acc.observe("a", 20, 4, 4)
+        acc.observe("b", 17, 4, 0)
+    acc.observe("c", 2, 3, 1)                                  # another match range
+    for match in (20, 2):
+        assert flat(acc._pooled(match)) == pytest.approx(flat(brute(acc, match)))
+    assert acc.rates("new", 20, 1)[0] == pytest.approx((15.0 + 2 * 0.6) / (30.0 + 2), rel=0.02)
+    acc.observe("d", 18, 2, 2)                                 # evicts "a", the oldest
+    assert ("a", 4) not in acc.stats
+    assert flat(acc._pooled(20)) == pytest.approx(flat(brute(acc, 20)))
+    fresh = control.Acceptance()
+    fresh.load(acc.state())
+    assert flat(fresh._pooled(20)) == pytest.approx(flat(brute(acc, 20)), abs=2e-3)
+    assert acc.rates("new", 20, 5) == pytest.approx(
+        control.Acceptance.rates(SimpleNamespace(stats={}, _pooled=lambda m: brute(acc, m),
+                                                 key=acc.key), "new", 20, 5))
+
+
 def test_the_step_cost_curve_is_robust_to_outliers_and_monotone():
     """One step 50x slower (a page fault, the machine's other load) moves nothing; a size that
     measured slower than a larger one is read at the larger one's cost; an unmeasured larger

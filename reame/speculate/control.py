@@ -61,6 +61,7 @@ class StepCost:
         self.ns: dict[int, deque] = {}       # bin -> the token counts of those steps
         self.steps = 0
         self._memo: tuple[int, list, float] | None = None     # (steps, points, slope)
+        self._med: dict[int, tuple[int, float]] = {}          # bin -> its (tokens, seconds) medians
 
     def observe(self, n_tokens: int, seconds: float) -> None:
         if n_tokens < 1 or not seconds > 0:
@@ -75,6 +76,7 @@ class StepCost:
         self.ns[b].append(n_tokens)
         self.seen[b] = self.steps
         self._memo = None
+        self._med.pop(b, None)
 
     def known(self) -> bool:
         return bool(self.samples)
@@ -84,8 +86,15 @@ class StepCost:
         slope of their top, for slope())."""
         if self._memo is not None and self._memo[0] == self.steps:
             return self._memo[1]
-        pts = sorted((round(statistics.median(self.ns[b])), statistics.median(d))
-                     for b, d in self.samples.items() if self.steps - self.seen[b] < STALE_STEPS)
+        pts = []
+        for b, d in self.samples.items():
+            if self.steps - self.seen[b] < STALE_STEPS:
+                m = self._med.get(b)
+                if m is None:                    # only the bin the last step changed
+                    m = self._med[b] = (round(statistics.median(self.ns[b])),
+                                        statistics.median(d))
+                pts.append(m)
+        pts.sort()
         for i in range(len(pts) - 2, -1, -1):
             if pts[i][1] > pts[i + 1][1]:
                 pts[i] = (pts[i][0], pts[i + 1][1])

@@ -17,7 +17,7 @@ Families (templates/matmul_q8a_rp_<family>.ll.j2, which include matmul_q8a's):
     panel     matmul_q8a's row-panel kernel on records, at the 256-bit levels (two ymm halves;
               Q8_0 as |q| x the activation with q's sign at avx2, as q + 128 at avx_vnni; in
               prompt chunks (min_tokens) Q4_0/Q4_1 as two passes of 8 rows, lanes = 8) and from
-              avx512_vnni on zmm (nt up to 16, as matmul_q8a's panels): the weights' layout at
+              avx512_vnni on zmm (nt up to 12; 16 tokens as two passes of 8): the weights' layout at
               every x86 level but amx (reame/tensor_types.py Q8A_RECORD_LEVELS; on AMD Zen 4 the
               zmm panels on GGUF rows took 1.6-1.75x the records' time at one token,
               docs/kernels-int8.md)

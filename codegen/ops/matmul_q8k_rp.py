@@ -15,8 +15,8 @@ Families (templates/matmul_q8k_rp_<family>.ll.j2, which include matmul_q8k's):
     panel     matmul_q8k's row-panel kernel on records: zmm lanes from AVX-512 VNNI, two ymm
               halves below it (avx2, avx_vnni, avx512); in prompt chunks (min_tokens) below
               AVX-512 VNNI the panel as two passes of 8 rows (lanes = 8). No tile prefetches
-              (the template's pf_bytes / pf_loc stay for experiments): the hardware prefetcher
-              follows the record stream
+              (the template's next-panel prefetch, pf_loc, is the GGUF panels'): the hardware
+              prefetcher follows the record stream
 The expected result and tolerance are matmul_q8k's (same integer sums, same float steps).
 """
 

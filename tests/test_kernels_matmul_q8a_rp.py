@@ -153,3 +153,26 @@ def test_prompt_programs_start_on_the_8_row_passes_below_avx512_vnni_only():
             assert not any("lanes" in dict(s.params) for s in OP.specs(dtype, native, **dims))
             labels = [s.label() for s in OP.specs(dtype, native, **dims)]
             assert len(labels) == len(set(labels)), labels
+
+
+def test_zmm_prompt_programs_start_on_nt_8_and_steps_of_9_to_12_tokens_on_nt_12():
+    """At avx512_vnni and up, programs of 9-12 tokens start on the 12-token tile (one pass over
+    the weights where nt = 8 takes two), prompt programs on nt = 8 (faster per token in prompt
+    chunks: Variant.max_tokens). Catches the 12-token tile offered to prompt chunks (the
+    fewest-passes rule then starts them on it) and a max_tokens that select.choose ignores or
+    that also keeps it from the 12-token program."""
+    from reame.codegen.isa import host_isa
+    from reame.jit.select import choose
+    from reame.tensor_types import PROMPT_STEP
+    # a recorded Zen 4 (choose compiles nothing: any machine can plan for it)
+    native = host_isa("x86_64", "znver4", "+avx2,+fma,+f16c,+avx512f,+avx512bw,+avx512vl,"
+                      "+avx512dq,+avx512vnni,+avx512bf16")
+    assert native.level == "avx512_bf16"
+    dims = dict(M=256, K=256, acc=0)
+    for dtype in TYPES:
+        got = {n: dict(choose(OP.name, dtype, native, n, **dims).params)["nt"]
+               for n in (1, 8, 9, 12, 13, 16, PROMPT_STEP, 512)}
+        assert got == {1: 1, 8: 8, 9: 12, 12: 12, 13: 8, 16: 8, PROMPT_STEP: 8, 512: 8}, (dtype, got)
+        # the 12-token tile stays a candidate of every class (the adaptive runtime may try it)
+        assert {"nt": 12} in [dict((k, v) for k, v in s.params if k == "nt")
+                              for s in OP.specs(dtype, native, **dims)]

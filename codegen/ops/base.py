@@ -20,6 +20,7 @@ class Variant:
     tiles: tuple[dict, ...] = ({},)           # tile configurations to choose between
     doc: str = ""
     min_tokens: int = 1                       # programs for fewer tokens never start on it
+    max_tokens: int = 1 << 30                 # nor programs for more tokens
     below: str = ""                           # if set: only at levels without this one
 
     def usable(self, isa: ISA) -> bool:

@@ -17,7 +17,8 @@ Families (templates/matmul_q8a_rp_<family>.ll.j2, which include matmul_q8a's):
     panel     matmul_q8a's row-panel kernel on records, at the 256-bit levels (two ymm halves;
               Q8_0 as |q| x the activation with q's sign at avx2, as q + 128 at avx_vnni; in
               prompt chunks (min_tokens) Q4_0/Q4_1 as two passes of 8 rows, lanes = 8) and from
-              avx512_vnni on zmm (nt up to 12; 16 tokens as two passes of 8): the weights' layout at
+              avx512_vnni on zmm (nt up to 12 in steps, 8 in prompt chunks; 16 tokens as two
+              passes of 8): the weights' layout at
               every x86 level but amx (reame/tensor_types.py Q8A_RECORD_LEVELS; on AMD Zen 4 the
               zmm panels on GGUF rows took 1.6-1.75x the records' time at one token,
               docs/kernels-int8.md)
@@ -54,10 +55,16 @@ OP = Op(
                 "tile as two ymm halves, quants and scales loaded pre-transposed",
                 below="avx512_vnni"),
         Variant("panel", "avx512_vnni", RP_TYPES,
-                ({"nt": 1}, {"nt": 2}, {"nt": 4}, {"nt": 8}, {"nt": 12}),
+                ({"nt": 1}, {"nt": 2}, {"nt": 4}, {"nt": 8}),
                 "the same on zmm registers (one vpdpbusd per 16 rows and dword); no nt = 16 "
                 "(AMD Zen 4, Q8_0 4864 x 896 from DRAM: 16 tokens 273 us on nt = 16 against 217 "
                 "on two passes of 8; hot, nt = 12 as fast per token as nt = 16)"),
+        Variant("panel", "avx512_vnni", RP_TYPES, ({"nt": 12},),
+                "the zmm panels 12 tokens wide, for steps of 9-12 tokens (one pass where nt = 8 "
+                "takes two); prompt chunks stay on nt = 8, faster there (AMD Zen 4, 512 tokens "
+                "hot, 2 threads: Q4_1 1536 x 576 1456 against 1528 us, Q4_0 / Q8_0 4864 x 896 "
+                "1-2% faster; SmolLM2 Q4_1 prefill 1.06-1.11x)",
+                max_tokens=PROMPT_STEP - 1),
         Variant("panel", "avx2", HALVES_TYPES, ({"nt": 8, "lanes": 8},),
                 "prompt chunks: the 16-row panel as two 8-row passes (lanes = rows per "
                 "register tile), whose 8 weight vectors per block and 8-lane accumulators fit "

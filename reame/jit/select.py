@@ -1,8 +1,8 @@
 """Which kernel variant an op site starts with (before the adaptive runtime measures others).
 
 Policy: the most specific family this ISA level can run (the variant with the highest minimum
-level, skipping variants declared for bigger programs (`Variant.min_tokens`) and preferring them
-at one level where they qualify), the family the op
+level, skipping variants declared for bigger programs (`Variant.min_tokens`) or smaller ones
+(`Variant.max_tokens`) and preferring the former at one level where they qualify), the family the op
 file prefers for that many tokens where it declares a policy (`Op.prefers`: the row panels of
 matmul_q8a in every program, matmul_q8k's for batches with long rows and prompt chunks, the
 GEMM for float prompt chunks), and within it the tile that fits the program's token count (see
@@ -110,7 +110,7 @@ def choose(op_name: str, dtype: str, isa: ISA, n_tokens: int, **dims) -> KernelS
     for v in op.variants:
         if dtype not in v.dtypes or not v.usable(isa):
             continue
-        if n_tokens < v.min_tokens:          # e.g. AMX tiles: prompt chunks only
+        if not v.min_tokens <= n_tokens <= v.max_tokens:   # e.g. AMX tiles: prompt chunks only
             continue
         # the highest level; at one level a variant declared for bigger programs (min_tokens)
         # is the more specific one where it qualifies

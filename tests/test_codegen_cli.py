@@ -65,6 +65,16 @@ def test_list_names_every_op(capsys):
             assert re.search(rf"^  {v.family}\s+from {v.min_level}\b", block, re.M), (name, v)
 
 
+def test_list_says_which_programs_start_on_a_variant(capsys):
+    """A variant limited to prompt chunks (min_tokens) or to small steps (max_tokens) says so:
+    catches a listing that shows matmul_q8a_rp's two zmm panel variants as the same thing."""
+    rc, out, _ = run(capsys, "--list")
+    block = out.split("\nmatmul_q8a_rp: ", 1)[1].split("\n\n", 1)[0]
+    assert re.search(r"tiles: nt=12   \(programs of 1-16 tokens start on it\)", block), block
+    assert re.search(r"tiles: nt=8,lanes=8   \(programs of 17\+ tokens start on it\)", block)
+    assert re.search(r"tiles: nt=1 \| nt=2 \| nt=4 \| nt=8$", block, re.M), block
+
+
 def test_list_at_a_forced_level_marks_unusable_variants(capsys):
     rc, out, _ = run(capsys, "--list", "--isa", "generic")
     assert rc == 0 and "building for generic" in out

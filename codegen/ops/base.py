@@ -12,6 +12,9 @@ from ..kernels import Kernel, build, pack_args
 from ..spec import KernelSpec
 
 
+ANY_TOKENS = 1 << 30        # Variant.max_tokens: no bound
+
+
 @dataclass(frozen=True)
 class Variant:
     family: str                               # template: templates/{op}_{family}.ll.j2
@@ -20,7 +23,7 @@ class Variant:
     tiles: tuple[dict, ...] = ({},)           # tile configurations to choose between
     doc: str = ""
     min_tokens: int = 1                       # programs for fewer tokens never start on it
-    max_tokens: int = 1 << 30                 # nor programs for more tokens
+    max_tokens: int = ANY_TOKENS              # nor programs for more tokens
     below: str = ""                           # if set: only at levels without this one
 
     def usable(self, isa: ISA) -> bool:

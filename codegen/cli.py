@@ -49,10 +49,11 @@ def cmd_codegen(args) -> int:
                 mark = "" if v.usable(isa) else "   (not on this CPU level)"
                 tiles = " | ".join(",".join(f"{k}={x}" for k, x in t.items()) or "-" for t in v.tiles)
                 # which programs start on it (select.choose): the rest may still try it
-                starts = ("" if v.min_tokens <= 1 and v.max_tokens == ANY_TOKENS else
-                          f"   (programs of {v.min_tokens}+ tokens start on it)"
-                          if v.max_tokens == ANY_TOKENS else
-                          f"   (programs of {v.min_tokens}-{v.max_tokens} tokens start on it)")
+                starts = ""
+                if v.max_tokens != ANY_TOKENS:
+                    starts = f"   (programs of {v.min_tokens}-{v.max_tokens} tokens start on it)"
+                elif v.min_tokens > 1:
+                    starts = f"   (programs of {v.min_tokens}+ tokens start on it)"
                 print(f"  {v.family:<12} from {v.min_level:<12} {' '.join(v.dtypes)}"
                       f"   tiles: {tiles}{starts}{mark}")
         return 0

@@ -63,7 +63,7 @@ OP = Op(
                 "the zmm panels 12 tokens wide, for steps of 9-12 tokens (one pass where nt = 8 "
                 "takes two); prompt chunks stay on nt = 8, faster there (AMD Zen 4, 512 tokens "
                 "hot, 2 threads: Q4_1 1536 x 576 1456 against 1528 us, Q4_0 / Q8_0 4864 x 896 "
-                "1-2% faster; SmolLM2 Q4_1 prefill 1.06-1.11x)",
+                "1-1.5% faster; SmolLM2 Q4_1 prefill 1.11x, one alternating pair)",
                 max_tokens=PROMPT_STEP - 1),
         Variant("panel", "avx2", HALVES_TYPES, ({"nt": 8, "lanes": 8},),
                 "prompt chunks: the 16-row panel as two 8-row passes (lanes = rows per "

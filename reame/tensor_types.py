@@ -99,7 +99,11 @@ TENSOR_TYPES: dict[str, TensorType] = {t.name: t for t in (
     # 92-98) and than the avx2 tiles at the avx512 levels (512-bit gemm tiles)
     _row("Q2_K",   "q8k",       prompt_families=("amx", "i8mm", "avx2")),
     _row("Q3_K",   "q8k",       prompt_families=("amx", "i8mm", "avx2")),
-    _row("IQ4_XS", "q8k",       prompt_families=("amx", "i8mm", "avx2")),
+    # IQ4_XS: row panels at the 256-bit levels whose prompt chunks run Q8K (avx2, avx_vnni):
+    # ffn_down of the Qwen2.5-0.5B-shaped file, forced avx2, 2 threads, weights hot: one token
+    # 92 -> 63 us, 64 tokens 130 -> 165 GOP/s (docs/kernels-kquants.md)
+    _row("IQ4_XS", "q8k",       prompt_families=("amx", "i8mm", "avx2"), row_panel=True,
+         row_panel_levels=("avx2", "avx_vnni")),
     _row("IQ4_NL", "q8a",       row_panel=True, row_panel_levels=Q8A_RECORD_LEVELS),
 )}
 

@@ -146,7 +146,8 @@ def host_levels() -> tuple[str, ...]:
 
 def variant_levels(variant) -> list[str]:
     """The levels a kernel variant is tested at: the host's levels (host_levels) and the
-    variant's own lowest level, where this machine can build it."""
+    variant's own lowest level, where this machine can build it and the variant runs there
+    (`Variant.below`: not at levels with that one, where another variant serves)."""
     from reame.codegen.isa import detect
     isa = detect()
     out = []
@@ -154,7 +155,7 @@ def variant_levels(variant) -> list[str]:
         name = isa.level if level == "native" else level
         if level in out or name not in isa.levels or (level != "native" and name == isa.level):
             continue
-        if isa_at(level).has(variant.min_level):
+        if variant.usable(isa_at(level)):
             out.append(level)
     return out
 

@@ -832,15 +832,16 @@ def test_available_memory_reads_the_cgroup_limit(tmp_path):
 @pytest.mark.parametrize("level", [None, "avx2", "avx_vnni"])
 @pytest.mark.parametrize("mix", ["Q2_K", "Q3_K", "IQ4_XS"])
 def test_q8k_only_types_sites(synth_dir, mix, level):
-    """Types with Q8K kernels only (no Q8A kernels, no row panels): integer dots on Q8K in the
-    decode and batch programs; in the prompt-chunk program the AMX tiles where the level has
-    them, AArch64's i8mm (smmla) tiles, or the avx2 tiles at the 256-bit levels (avx2,
-    avx_vnni: select.prompt_q8k), else the float path (faster there than the 1-row tiles), and
-    the reference oracle rounds their inputs by the same rule. At this CPU's level and at the
-    forced avx2 and avx_vnni levels. Catches a type that silently stays on the float path for
-    decode (or on the portable kernel at avx2), a prompt program sent to the 1-row vnni tiles
-    or left on the float path at avx2 or avx_vnni, and a reference that rounds where the engine
-    does not."""
+    """Types with Q8K kernels only (no Q8A kernels): integer dots on Q8K in the decode and batch
+    programs; in the prompt-chunk program the AMX tiles where the level has them, AArch64's i8mm
+    (smmla) tiles, or the avx2 tiles at the 256-bit levels (avx2, avx_vnni: select.prompt_q8k),
+    else the float path (faster there than the 1-row tiles), and the reference oracle rounds
+    their inputs by the same rule; IQ4_XS at avx2 / avx_vnni on its row panels (matmul_q8k_rp)
+    in every program. At this CPU's level and at the forced avx2 and avx_vnni levels. Catches a
+    type that silently stays on the float path for decode (or on the portable kernel at avx2), a
+    prompt program sent to the 1-row vnni tiles or left on the float path at avx2 or avx_vnni,
+    IQ4_XS left on the 1-row tiles at those levels (or sent to panels at the zmm levels, which
+    have none for it), and a reference that rounds where the engine does not."""
     from conftest import isa_at
     from reame.codegen.ops.matmul_q8k import PROMPT_LEVELS
     isa = isa_at(level or "native")
@@ -856,12 +857,18 @@ def test_q8k_only_types_sites(synth_dir, mix, level):
         assert tiled == any(v.family in tiles and v.usable(eng.isa)
                             and eng.isa.level in PROMPT_LEVELS.get(v.family, (eng.isa.level,))
                             for v in get_op("matmul_q8k").variants)
+        panels = mix == "IQ4_XS" and level in ("avx2", "avx_vnni")
+        assert TENSOR_TYPES[mix].row_panel_at(eng.isa.level) == panels
         if level in ("avx2", "avx_vnni"):
             assert tiled
         for bucket in eng.buckets:
             want = "matmul_q8k" if bucket <= 16 or tiled else "matmul"
+            want += "_rp" if panels else ""
             assert _site_ops(eng, bucket)[name] == want, (bucket, want)
             fam = eng.table.by_name[f"{name}@{bucket}"].kernel.spec.family
+            if panels:
+                assert fam == "panel", (bucket, fam)
+                continue
             assert (fam in tiles) == tiled if bucket > 16 else fam != "amx", (bucket, fam)
             if level in ("avx2", "avx_vnni"):
                 assert fam == "avx2", (bucket, fam)

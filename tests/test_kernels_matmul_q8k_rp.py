@@ -12,7 +12,8 @@ import pytest
 from reame.codegen import panel_layout
 from reame.codegen.kernels import build
 from reame.codegen.ops.matmul_q8a_kquants import random_weights
-from reame.codegen.ops.matmul_q8k_rp import HALVES_TYPES
+from reame.codegen.ops.matmul_q8k import TUNED
+from reame.codegen.ops.matmul_q8k_rp import HALVES_TYPES, RP_TYPES
 from reame.codegen.registry import get_op
 from reame.codegen.spec import KernelSpec
 from conftest import check_against_reference, check_reads_inside_weights
@@ -20,7 +21,7 @@ from conftest import isa_at as _isa
 from conftest import type_variant_params
 
 OP = get_op("matmul_q8k_rp")
-TYPES = ("Q4_K", "Q5_K", "Q6_K")
+TYPES = RP_TYPES                 # Q4_K, Q5_K, Q6_K; IQ4_XS (no zmm panels: ymm levels only)
 DIMS = ((32, 768, 0), (16, 256, 1), (80, 1280, 1))   # panels: 2, 1, 5; superblocks: 3, 1, 5
 
 
@@ -60,7 +61,7 @@ def test_matches_reference(dtype, family, level, tile):
     check_against_reference(OP, dtype, family, level, tile, DIMS)
 
 
-@pytest.mark.parametrize("dtype", TYPES)
+@pytest.mark.parametrize("dtype", TUNED)
 @pytest.mark.parametrize("nt", [1, 4, 8])
 def test_panel_equals_matmul_q8k_panel_bit_for_bit(dtype, nt):
     """The same panel kernel reading records instead of transposing rows: identical floats."""
@@ -79,7 +80,7 @@ def test_panel_equals_matmul_q8k_panel_bit_for_bit(dtype, nt):
     assert np.array_equal(case.buffers["y"], bufs["y"])
 
 
-@pytest.mark.parametrize("dtype", TYPES)
+@pytest.mark.parametrize("dtype", TUNED)
 def test_256_bit_panels_equal_the_512_bit_ones_bit_for_bit(dtype):
     """The panel family below avx512_vnni computes each 16-row lane vector as two ymm halves
     (vpmaddubsw, pairs summed in i16, vpmaddwd): the same integer sums and the same float steps
@@ -112,7 +113,8 @@ def test_256_bit_panels_equal_the_512_bit_ones_bit_for_bit(dtype):
 
 def _extreme_weights(dtype, rng, M, K):
     """Every quant at the top of its range (Q4_K 15, Q5_K 31, Q6_K 63) or 0, scales and mins at
-    theirs (6-bit 63; Q6_K's int8 -128 / 127)."""
+    theirs (6-bit 63; Q6_K's int8 -128 / 127); IQ4_XS: every index 15 or 0 (levels 113, -127),
+    its 6-bit scales 63 or 0 (31, -32)."""
     w = random_weights(dtype, rng, M, K)
     bb = panel_layout.BLOCK_BYTES[dtype]
     b = w.reshape(M, K // 256, bb)
@@ -120,6 +122,9 @@ def _extreme_weights(dtype, rng, M, K):
     if dtype == "Q6_K":                      # ql, qh; int8 scales -128 / 127
         b[:, :, :192] = top[:, :, :192]
         b[:, :, 192:208] = np.where(rng.random((*b.shape[:2], 16)) < 0.5, 0x80, 0x7F)
+    elif dtype == "IQ4_XS":                  # scales_h, scales_l; the indices
+        b[:, :, 2:8] = np.where(rng.random((*b.shape[:2], 6)) < 0.5, 0xFF, 0x00)
+        b[:, :, 8:] = top[:, :, 8:]
     else:                                    # 6-bit scales and mins 63; Q5_K's qh; quants
         b[:, :, 4:16] = 0xFF
         b[:, :, 16:] = top[:, :, 16:]
@@ -129,10 +134,10 @@ def _extreme_weights(dtype, rng, M, K):
 @pytest.mark.parametrize("dtype", TYPES)
 def test_256_bit_panels_at_the_ends_of_the_int16_range(dtype):
     """The AVX2 panels add vpmaddubsw's byte pairs in int16 before widening: 8 dwords of Q4_K
-    (8 x 2 x 15 x 127), 4 of Q5_K, 2 of Q6_K stay below 2^15. With every quant at its top and
-    whole tokens of activations at +127 or -127, against float64: catches a group of dwords
-    one larger (Q5_K 8: 62992 wraps; Q6_K 4: 64008) or the unsigned and signed operands of
-    vpmaddubsw exchanged."""
+    (8 x 2 x 15 x 127), 4 of Q5_K, 2 of Q6_K, 1 of IQ4_XS (2 x 127 x 127) stay below 2^15. With
+    every quant at its top and whole tokens of activations at +127 or -127, against float64:
+    catches a group of dwords one larger (Q5_K 8: 62992 wraps; Q6_K 4: 64008; IQ4_XS 2: 64516)
+    or the unsigned and signed operands of vpmaddubsw exchanged."""
     from reame.codegen import q8k
     low = _isa("avx2")
     M, K, n = 32, 1024, 6

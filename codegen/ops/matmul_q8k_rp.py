@@ -13,8 +13,10 @@ Families (templates/matmul_q8k_rp_<family>.ll.j2, which include matmul_q8k's):
     generic   matmul_q8k's generic kernel, each superblock gathered back from the record into a
               stack buffer first: the portable reference the dispatch table checks against
     panel     matmul_q8k's row-panel kernel on records: zmm lanes from AVX-512 VNNI, two ymm
-              halves below it (avx2, avx_vnni, avx512); in prompt chunks (min_tokens) below
-              AVX-512 VNNI the panel as two passes of 8 rows (lanes = 8). No tile prefetches
+              halves below it (avx2, avx_vnni, avx512; IQ4_XS only there: its levels, looked up
+              by vpshufb, are fed as |level| with the activation given their sign by vpsignb,
+              which has no zmm form); in prompt chunks (min_tokens) below AVX-512 VNNI the
+              panel as two passes of 8 rows (lanes = 8). No tile prefetches
               (the template's next-panel prefetch, pf_loc, is the GGUF panels'): the hardware
               prefetcher follows the record stream
 The expected result and tolerance are matmul_q8k's (same integer sums, same float steps).
@@ -26,13 +28,19 @@ from reame.tensor_types import PROMPT_STEP
 
 from .base import HEAVY_SLICES, Op, Variant, row_panel_case
 from .matmul_q8k import OP as Q8K_OP
-from .matmul_q8k import K_TYPES, TOLERANCE
+from .matmul_q8k import TOLERANCE, TUNED
+
+# the types with a row-panel layout (codegen/panel_layout.py); IQ4_XS's panels only at the 256-bit
+# levels (its signed levels take the activation's sign by vpsignb, which has no 512-bit form)
+RP_TYPES = (*TUNED, "IQ4_XS")
 
 # the types whose 8-row passes measured faster in prompt chunks at avx2 (1 thread, 2048 x 2048,
-# 64 tokens, nt 8: Q4_K 148 -> 177 GOP/s, Q5_K 133 -> 150; Q6_K 114 -> 116, not offered); in
+# 64 tokens, nt 8: Q4_K 148 -> 177 GOP/s, Q5_K 133 -> 150; Q6_K 114 -> 116, not offered;
+# IQ4_XS 896 x 4864, 64 tokens: 72 -> 99, the 0.5B file's 512-token prompt's ffn_down 1519 ->
+# 1236 thread-ms); in
 # steps of <= 16 tokens, weights from DRAM, they lose (the second pass reads no new lines, so
 # memory waits: a 4-token step's Q4_K products 38.8 -> 48.2 thread-ms)
-HALVES_TYPES = ("Q4_K", "Q5_K")
+HALVES_TYPES = ("Q4_K", "Q5_K", "IQ4_XS")
 
 
 _case, _reference = row_panel_case(Q8K_OP)
@@ -44,19 +52,19 @@ OP = Op(
     args=("w", "xq", "y", "n"),
     dims=("M", "K", "acc"),
     variants=(
-        Variant("generic", "generic", K_TYPES, ({"nt": 1, "u": 1}, {"nt": 4, "u": 1}),
+        Variant("generic", "generic", RP_TYPES, ({"nt": 1, "u": 1}, {"nt": 4, "u": 1}),
                 "matmul_q8k generic on superblocks gathered from the panel records"),
-        Variant("panel", "avx512_vnni", K_TYPES,
+        Variant("panel", "avx512_vnni", TUNED,
                 ({"nt": 1}, {"nt": 2}, {"nt": 4}),
                 "matmul_q8k's row panels on the panel layout: 16 rows x nt tokens per register "
                 "tile, scales and quants loaded pre-transposed; no software prefetch (the "
                 "hardware prefetcher follows the record stream; on AMD Zen 4 prefetcht0 8 KiB "
                 "ahead cost 11% at one token and 46% at four, docs/kernels-kquants.md); steps of "
                 "8-16 tokens as passes of 4 (Zen 4: 8 tokens on nt = 8 1.2x two passes of 4)"),
-        Variant("panel", "avx512_vnni", K_TYPES, ({"nt": 8},),
+        Variant("panel", "avx512_vnni", TUNED, ({"nt": 8},),
                 "prompt chunks: 8 tokens per pass (a 512-token TinyLlama Q4_K_M prompt 5% faster "
                 "than on passes of 4)", min_tokens=PROMPT_STEP),
-        Variant("panel", "avx2", K_TYPES,
+        Variant("panel", "avx2", RP_TYPES,
                 ({"nt": 1}, {"nt": 2}, {"nt": 4}, {"nt": 8}),
                 "the same row panels in two 256-bit halves (rows 0-7, 8-15): per weight dword "
                 "vpmaddubsw with the token's 4 bytes broadcast, the pairs summed in i16, then "

@@ -6,7 +6,8 @@ level, skipping variants declared for bigger programs (`Variant.min_tokens`) or 
 file prefers for that many tokens where it declares a policy (`Op.prefers`: the row panels of
 matmul_q8a in every program, matmul_q8k's for batches with long rows and prompt chunks, the
 GEMM for float prompt chunks), and within it the tile that fits the program's token count (see
-`choose`); ops `matmul_q8k_rp` (Q4_K/Q5_K weights, and Q6_K's below avx512_vnni) and
+`choose`); ops `matmul_q8k_rp` (Q4_K/Q5_K weights, Q6_K's below avx512_vnni, IQ4_XS's at
+avx2 / avx_vnni) and
 `matmul_q8a_rp` (Q8_0/Q4_0/Q4_1/IQ4_NL below avx512_vnni), on weights repacked into the row-panel
 layout by the engine, are panels at every step size, nt = 1 for decode. Quantised
 weights go through the integer path (activations quantised to Q8A, `matmul_q8a`) when the level

@@ -91,7 +91,7 @@ TENSOR_TYPES: dict[str, TensorType] = {t.name: t for t in (
     # avx2 tiles; from avx512_vnni the zmm panels on GGUF rows are as fast as on records)
     _row("Q6_K",   "q8k",       int_dot=True, row_panel=True, q8k_prompt=True,
          row_panel_levels=PANEL_256),
-    # Q8K kernels only (no Q8A kernels, no row panels). Prompt chunks on Q8K where the level has
+    # Q8K kernels only (no Q8A kernels). Prompt chunks on Q8K where the level has
     # matmul_q8k's AMX tiles (3.5-4.5x the float gemm, docs/kernels-kquants.md), AArch64's smmla
     # tiles, or at the avx2 level its avx2 tiles (as fast as the float gemm there, and a decode
     # row beside a prompt chunk then gets the bits it gets alone), else the float path: faster
@@ -99,11 +99,13 @@ TENSOR_TYPES: dict[str, TensorType] = {t.name: t for t in (
     # 92-98) and than the avx2 tiles at the avx512 levels (512-bit gemm tiles)
     _row("Q2_K",   "q8k",       prompt_families=("amx", "i8mm", "avx2")),
     _row("Q3_K",   "q8k",       prompt_families=("amx", "i8mm", "avx2")),
-    # IQ4_XS: row panels at the 256-bit levels whose prompt chunks run Q8K (avx2, avx_vnni):
-    # ffn_down of the Qwen2.5-0.5B-shaped file, forced avx2, 2 threads, weights hot: one token
-    # 92 -> 63 us, 64 tokens 130 -> 165 GOP/s (docs/kernels-kquants.md)
+    # IQ4_XS: row panels (records) at every x86 level but amx, in every program (prompt chunks
+    # too: select.prompt_q8k); AMD Zen 4, 2 threads, weights hot, 2048 x 5632 at 64 tokens:
+    # 679 GOP/s against 205 for the 1-row vnni tiles and 138-161 for the float gemm; forced
+    # avx2, 896 x 4864: one token 92 -> 63 us, 64 tokens 130 -> 160-200 GOP/s
+    # (docs/kernels-kquants.md)
     _row("IQ4_XS", "q8k",       prompt_families=("amx", "i8mm", "avx2"), row_panel=True,
-         row_panel_levels=("avx2", "avx_vnni")),
+         row_panel_levels=Q8A_RECORD_LEVELS),
     _row("IQ4_NL", "q8a",       row_panel=True, row_panel_levels=Q8A_RECORD_LEVELS),
 )}
 

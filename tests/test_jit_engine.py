@@ -836,14 +836,15 @@ def test_q8k_only_types_sites(synth_dir, mix, level):
     programs; in the prompt-chunk program the AMX tiles where the level has them, AArch64's i8mm
     (smmla) tiles, or the avx2 tiles at the 256-bit levels (avx2, avx_vnni: select.prompt_q8k),
     else the float path (faster there than the 1-row tiles), and the reference oracle rounds
-    their inputs by the same rule; IQ4_XS at avx2 / avx_vnni on its row panels (matmul_q8k_rp)
-    in every program. At this CPU's level and at the forced avx2 and avx_vnni levels. Catches a
-    type that silently stays on the float path for decode (or on the portable kernel at avx2), a
-    prompt program sent to the 1-row vnni tiles or left on the float path at avx2 or avx_vnni,
-    IQ4_XS left on the 1-row tiles at those levels (or sent to panels at the zmm levels, which
-    have none for it), and a reference that rounds where the engine does not."""
+    their inputs by the same rule; IQ4_XS on its row panels (matmul_q8k_rp) in every program at
+    every x86 level but amx. At this CPU's level and at the forced avx2 and avx_vnni levels.
+    Catches a type that silently stays on the float path for decode (or on the portable kernel
+    at avx2), a prompt program sent to the 1-row vnni tiles or left on the float path at avx2
+    or avx_vnni, IQ4_XS left on the 1-row tiles or its prompts on the float path, and a
+    reference that rounds where the engine does not."""
     from conftest import isa_at
     from reame.codegen.ops.matmul_q8k import PROMPT_LEVELS
+    from reame.tensor_types import Q8A_RECORD_LEVELS
     isa = isa_at(level or "native")
     model = load_model(synth_model(synth_dir, "tiny-llama", mix, n_ff=512))
     eng = JITEngine(model, n_ctx=64, max_seqs=4, threads=2, max_batch_tokens=32, isa=isa)
@@ -853,12 +854,13 @@ def test_q8k_only_types_sites(synth_dir, mix, level):
         name = "blk.0.attn_q.weight"
         assert model.tensor(name).type.name == mix
         tiles = TENSOR_TYPES[mix].prompt_families   # x86 AMX and avx2, AArch64 smmla
+        panels = TENSOR_TYPES[mix].row_panel_at(eng.isa.level)
+        assert panels == (mix == "IQ4_XS" and eng.isa.level in Q8A_RECORD_LEVELS)
         tiled = prompt_q8k(mix, eng.isa)
-        assert tiled == any(v.family in tiles and v.usable(eng.isa)
-                            and eng.isa.level in PROMPT_LEVELS.get(v.family, (eng.isa.level,))
-                            for v in get_op("matmul_q8k").variants)
-        panels = mix == "IQ4_XS" and level in ("avx2", "avx_vnni")
-        assert TENSOR_TYPES[mix].row_panel_at(eng.isa.level) == panels
+        assert tiled == (panels or any(
+            v.family in tiles and v.usable(eng.isa)
+            and eng.isa.level in PROMPT_LEVELS.get(v.family, (eng.isa.level,))
+            for v in get_op("matmul_q8k").variants))
         if level in ("avx2", "avx_vnni"):
             assert tiled
         for bucket in eng.buckets:

@@ -80,14 +80,16 @@ def test_panel_equals_matmul_q8k_panel_bit_for_bit(dtype, nt):
     assert np.array_equal(case.buffers["y"], bufs["y"])
 
 
-@pytest.mark.parametrize("dtype", TUNED)
+@pytest.mark.parametrize("dtype", TYPES)
 def test_256_bit_panels_equal_the_512_bit_ones_bit_for_bit(dtype):
     """The panel family below avx512_vnni computes each 16-row lane vector as two ymm halves
     (vpmaddubsw, pairs summed in i16, vpmaddwd): the same integer sums and the same float steps
     as vpdpbusd on zmm, so the same floats; so do the prompt chunks' two passes of 8 rows
     (lanes = 8). Catches the halves swapped (rows 0-7 and 8-15 exchanged), Q6_K's second
     16-group chain started from the first one's offset, a dword left out of a group, or the
-    second 8-row pass reading (or storing to) the first one's rows."""
+    second 8-row pass reading (or storing to) the first one's rows. IQ4_XS: |level| x the signed
+    activation on ymm and level + 128 from -128 x the block's sum on zmm are the same integers
+    (catches the zmm correction taken from another block or token)."""
     isa = _isa("native")
     if not isa.has("avx512_vnni"):
         pytest.skip("no AVX-512 VNNI here")

@@ -54,14 +54,14 @@ OP = Op(
     variants=(
         Variant("generic", "generic", RP_TYPES, ({"nt": 1, "u": 1}, {"nt": 4, "u": 1}),
                 "matmul_q8k generic on superblocks gathered from the panel records"),
-        Variant("panel", "avx512_vnni", TUNED,
+        Variant("panel", "avx512_vnni", RP_TYPES,
                 ({"nt": 1}, {"nt": 2}, {"nt": 4}),
                 "matmul_q8k's row panels on the panel layout: 16 rows x nt tokens per register "
                 "tile, scales and quants loaded pre-transposed; no software prefetch (the "
                 "hardware prefetcher follows the record stream; on AMD Zen 4 prefetcht0 8 KiB "
                 "ahead cost 11% at one token and 46% at four, docs/kernels-kquants.md); steps of "
                 "8-16 tokens as passes of 4 (Zen 4: 8 tokens on nt = 8 1.2x two passes of 4)"),
-        Variant("panel", "avx512_vnni", TUNED, ({"nt": 8},),
+        Variant("panel", "avx512_vnni", RP_TYPES, ({"nt": 8},),
                 "prompt chunks: 8 tokens per pass (a 512-token TinyLlama Q4_K_M prompt 5% faster "
                 "than on passes of 4)", min_tokens=PROMPT_STEP),
         Variant("panel", "avx2", RP_TYPES,

@@ -266,10 +266,10 @@ def test_a_tokens_logits_do_not_depend_on_the_step_size(level):
 
 def prompt_programs_differ(mix: str, isa) -> bool:
     """Whether the mix's prompt-chunk programs (>= PROMPT_STEP tokens) run its weights on another
-    arithmetic than its decode programs at this level: Q3_K (like Q2_K) takes the AMX tiles
-    (AMX) or the float path (AVX-512 without AMX) there, the decode family's own tiles at the
-    avx2 level; IQ4_XS the AMX tiles on AMX, its row panels in every program elsewhere
-    (docs/speculation.md): a decode row beside a prompt chunk gets other bits."""
+    arithmetic than its decode programs at this level: Q3_K and IQ4_XS take the AMX tiles on
+    AMX CPUs, their row panels in every program elsewhere (Q2_K, not tested here: the AMX tiles,
+    or the float path on AVX-512 without AMX; docs/speculation.md): a decode row beside a prompt
+    chunk gets other bits."""
     from reame.jit.select import matmul_site
     low = {"Q3_K_M": "Q3_K", "IQ4_XS": "IQ4_XS"}.get(mix)
     if low is None:
@@ -289,8 +289,8 @@ def test_a_tokens_logits_are_one_arithmetic_for_every_weight_type(tmp_path_facto
     mix). Catches a family whose one-token tile sums a row in another order than its wider tiles
     (until 2026-12-04: every one of these at avx2, Q5_0, Q5_1 and Q3_K_M at the native level,
     ~1e-6 apart: enough to flip a near tie) and a prompt program whose products differ from the
-    decode programs' (Q3_K_M's at avx2 on the float path: until 2026-12-04; IQ4_XS's on
-    AVX-512 without AMX until 2026-12-06)."""
+    decode programs' (Q3_K_M's at avx2 on the float path: until 2026-12-04; Q3_K_M's and
+    IQ4_XS's on AVX-512 without AMX until 2026-12-06)."""
     from bench.synth import synth_model
     from conftest import isa_at
 

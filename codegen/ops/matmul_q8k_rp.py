@@ -13,10 +13,11 @@ Families (templates/matmul_q8k_rp_<family>.ll.j2, which include matmul_q8k's):
     generic   matmul_q8k's generic kernel, each superblock gathered back from the record into a
               stack buffer first: the portable reference the dispatch table checks against
     panel     matmul_q8k's row-panel kernel on records: zmm lanes from AVX-512 VNNI, two ymm
-              halves below it (avx2, avx_vnni, avx512; IQ4_XS only there: its levels, looked up
-              by vpshufb, are fed as |level| with the activation given their sign by vpsignb,
-              which has no zmm form); in prompt chunks (min_tokens) below AVX-512 VNNI the
-              panel as two passes of 8 rows (lanes = 8). No tile prefetches
+              halves below it (avx2, avx_vnni, avx512); types Q4_K, Q5_K, Q6_K, Q3_K (quants
+              q + 4 with Q6_K's per-16 chains) and IQ4_XS (levels by vpshufb: level + 128 with a
+              -128 x sum correction on zmm, |level| x the activation signed by vpsignb on ymm);
+              in prompt chunks (min_tokens) below AVX-512 VNNI the panel as two passes of 8
+              rows (lanes = 8). No tile prefetches
               (the template's next-panel prefetch, pf_loc, is the GGUF panels'): the hardware
               prefetcher follows the record stream
 The expected result and tolerance are matmul_q8k's (same integer sums, same float steps).
@@ -30,17 +31,17 @@ from .base import HEAVY_SLICES, Op, Variant, row_panel_case
 from .matmul_q8k import OP as Q8K_OP
 from .matmul_q8k import TOLERANCE, TUNED
 
-# the types with a row-panel layout (codegen/panel_layout.py); IQ4_XS's panels only at the 256-bit
-# levels (its signed levels take the activation's sign by vpsignb, which has no 512-bit form)
-RP_TYPES = (*TUNED, "IQ4_XS")
+# the types with a row-panel layout (codegen/panel_layout.py)
+RP_TYPES = (*TUNED, "Q3_K", "IQ4_XS")
 
 # the types whose 8-row passes measured faster in prompt chunks at avx2 (1 thread, 2048 x 2048,
 # 64 tokens, nt 8: Q4_K 148 -> 177 GOP/s, Q5_K 133 -> 150; Q6_K 114 -> 116, not offered;
 # IQ4_XS 896 x 4864, 64 tokens: 72 -> 99, the 0.5B file's 512-token prompt's ffn_down 1519 ->
-# 1236 thread-ms); in
+# 1236 thread-ms; Q3_K 5632 x 2048, 2 threads: 150-183 -> 214-263, a TinyLlama-shaped Q3_K_M
+# 512-token prefill 91-97 -> 128 tok/s); in
 # steps of <= 16 tokens, weights from DRAM, they lose (the second pass reads no new lines, so
 # memory waits: a 4-token step's Q4_K products 38.8 -> 48.2 thread-ms)
-HALVES_TYPES = ("Q4_K", "Q5_K", "IQ4_XS")
+HALVES_TYPES = ("Q4_K", "Q5_K", "IQ4_XS", "Q3_K")
 
 
 _case, _reference = row_panel_case(Q8K_OP)

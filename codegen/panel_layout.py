@@ -24,6 +24,8 @@ SEGMENTS: dict[str, tuple[tuple[int, int], ...]] = {
     "Q4_K": ((0, 4), (16, 8), (48, 8), (80, 8), (112, 8)),
     "Q5_K": ((0, 4), (16, 8), (48, 8), (80, 8), (112, 8), (144, 8)),
     "Q6_K": ((192, 4), (206, 1), (128, 8), (0, 8), (32, 8), (160, 8), (64, 8), (96, 8)),
+    # Q2_K: scales | mins (16 bytes), d | dmin, qs
+    "Q2_K": ((0, 4), (80, 1), (16, 8), (48, 8)),
     # Q3_K: scales (12 bytes), d (the high half of the dword at 106), hmask, qs
     "Q3_K": ((96, 3), (106, 1), (0, 8), (32, 8), (64, 8)),
     # IQ4_XS: d | scales_h, scales_l, then each 32-block's 16 bytes of nibbles
@@ -36,7 +38,7 @@ SEGMENTS: dict[str, tuple[tuple[int, int], ...]] = {
 # f16 fields stored first in a record as one 32-byte vector each (lane r = row r's 2 bytes): the
 # scale d of the types whose quants start at byte 2 (a dword there would repeat two quant bytes)
 F16_SEGMENTS: dict[str, tuple[int, ...]] = {"Q8_0": (0,), "Q4_0": (0,), "IQ4_NL": (0,)}
-BLOCK_BYTES = {"Q4_K": 144, "Q5_K": 176, "Q6_K": 210, "Q3_K": 110, "IQ4_XS": 136, "Q8_0": 34, "Q4_0": 18, "Q4_1": 20,
+BLOCK_BYTES = {"Q4_K": 144, "Q5_K": 176, "Q6_K": 210, "Q3_K": 110, "Q2_K": 84, "IQ4_XS": 136, "Q8_0": 34, "Q4_0": 18, "Q4_1": 20,
                "IQ4_NL": 18}
 
 

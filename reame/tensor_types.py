@@ -91,19 +91,17 @@ TENSOR_TYPES: dict[str, TensorType] = {t.name: t for t in (
     # avx2 tiles; from avx512_vnni the zmm panels on GGUF rows are as fast as on records)
     _row("Q6_K",   "q8k",       int_dot=True, row_panel=True, q8k_prompt=True,
          row_panel_levels=PANEL_256),
-    # Q8K kernels only (no Q8A kernels). Prompt chunks on Q8K where the level has
-    # matmul_q8k's AMX tiles (3.5-4.5x the float gemm, docs/kernels-kquants.md), AArch64's smmla
-    # tiles, or at the avx2 level its avx2 tiles (as fast as the float gemm there, and a decode
-    # row beside a prompt chunk then gets the bits it gets alone), else the float path: faster
-    # than the 1-row vnni tiles (TinyLlama-shaped IQ4_XS 128-token prefill 62 tok/s against
-    # 92-98) and than the avx2 tiles at the avx512 levels (512-bit gemm tiles)
-    _row("Q2_K",   "q8k",       prompt_families=("amx", "i8mm", "avx2")),
-    # Q3_K and IQ4_XS: row panels (records) at every x86 level but amx, in every program (prompt
-    # chunks too: select.prompt_q8k). AMD Zen 4, 2 threads, weights hot, 2048 x 5632 at 64
-    # tokens: IQ4_XS 679 GOP/s against 205 for the 1-row vnni tiles and 138-161 for the float
-    # gemm, Q3_K 266 against 173 and 143; a TinyLlama-shaped Q3_K_M's one-token step 21.5-25.4
-    # -> 16.4-20.8 ms; forced avx2, IQ4_XS 896 x 4864: one token 92 -> 63 us, 64 tokens 130 ->
+    # Q8K kernels only (no Q8A kernels). Since 2026-12-06 repacked into row panels (records) at
+    # every x86 level but amx, run in every program (prompt chunks too: select.prompt_q8k);
+    # elsewhere prompt chunks on Q8K where the level has matmul_q8k's AMX tiles (3.5-4.5x the
+    # float gemm, docs/kernels-kquants.md) or AArch64's smmla tiles, else the float path.
+    # AMD Zen 4, 2 threads, weights hot, 2048 x 5632 at 64 tokens: IQ4_XS 679 GOP/s against 205
+    # for the 1-row vnni tiles and 138-161 for the float gemm, Q3_K 266 against 173 and 143,
+    # Q2_K 468 against 256 and 148; a TinyLlama-shaped Q3_K_M's one-token step 21.5-25.4 ->
+    # 16.4-20.8 ms; forced avx2, IQ4_XS 896 x 4864: one token 92 -> 63 us, 64 tokens 130 ->
     # 160-200 GOP/s (docs/kernels-kquants.md)
+    _row("Q2_K",   "q8k",       prompt_families=("amx", "i8mm", "avx2"), row_panel=True,
+         row_panel_levels=Q8A_RECORD_LEVELS),
     _row("Q3_K",   "q8k",       prompt_families=("amx", "i8mm", "avx2"), row_panel=True,
          row_panel_levels=Q8A_RECORD_LEVELS),
     _row("IQ4_XS", "q8k",       prompt_families=("amx", "i8mm", "avx2"), row_panel=True,

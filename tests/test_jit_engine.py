@@ -836,12 +836,12 @@ def test_q8k_only_types_sites(synth_dir, mix, level):
     programs; in the prompt-chunk program the AMX tiles where the level has them, AArch64's i8mm
     (smmla) tiles, or the avx2 tiles at the 256-bit levels (avx2, avx_vnni: select.prompt_q8k),
     else the float path (faster there than the 1-row tiles), and the reference oracle rounds
-    their inputs by the same rule; Q3_K and IQ4_XS on their row panels (matmul_q8k_rp) in every
-    program at every x86 level but amx. At this CPU's level and at the forced avx2 and avx_vnni levels.
+    their inputs by the same rule; all three on their row panels (matmul_q8k_rp) in every
+    program at every x86 level but amx, since 2026-12-06. At this CPU's level and at the forced avx2 and avx_vnni levels.
     Catches a type that silently stays on the float path for decode (or on the portable kernel
     at avx2), a prompt program sent to the 1-row vnni tiles or left on the float path at avx2
-    or avx_vnni, Q3_K or IQ4_XS left on the 1-row tiles or their prompts on the float path, and
-    a reference that rounds where the engine does not."""
+    or avx_vnni, a type left on the 1-row tiles or its prompts on the float path where it has
+    row panels, and a reference that rounds where the engine does not."""
     from conftest import isa_at
     from reame.codegen.ops.matmul_q8k import PROMPT_LEVELS
     from reame.tensor_types import Q8A_RECORD_LEVELS
@@ -855,7 +855,7 @@ def test_q8k_only_types_sites(synth_dir, mix, level):
         assert model.tensor(name).type.name == mix
         tiles = TENSOR_TYPES[mix].prompt_families   # x86 AMX and avx2, AArch64 smmla
         panels = TENSOR_TYPES[mix].row_panel_at(eng.isa.level)
-        assert panels == (mix in ("Q3_K", "IQ4_XS") and eng.isa.level in Q8A_RECORD_LEVELS)
+        assert panels == (eng.isa.level in Q8A_RECORD_LEVELS)
         tiled = prompt_q8k(mix, eng.isa)
         assert tiled == (panels or any(
             v.family in tiles and v.usable(eng.isa)

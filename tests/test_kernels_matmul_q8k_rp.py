@@ -124,6 +124,9 @@ def _extreme_weights(dtype, rng, M, K):
     if dtype == "Q6_K":                      # ql, qh; int8 scales -128 / 127
         b[:, :, :192] = top[:, :, :192]
         b[:, :, 192:208] = np.where(rng.random((*b.shape[:2], 16)) < 0.5, 0x80, 0x7F)
+    elif dtype == "Q2_K":                    # 4-bit scales and mins 15; qs
+        b[:, :, :16] = 0xFF
+        b[:, :, 16:80] = top[:, :, 16:80]
     elif dtype == "Q3_K":                    # hmask and qs; 6-bit scales 63 or 0 (31, -32)
         b[:, :, :96] = top[:, :, :96]
         b[:, :, 96:108] = np.where(rng.random((*b.shape[:2], 12)) < 0.5, 0xFF, 0x00)

@@ -266,12 +266,11 @@ def test_a_tokens_logits_do_not_depend_on_the_step_size(level):
 
 def prompt_programs_differ(mix: str, isa) -> bool:
     """Whether the mix's prompt-chunk programs (>= PROMPT_STEP tokens) run its weights on another
-    arithmetic than its decode programs at this level: Q3_K and IQ4_XS take the AMX tiles on
-    AMX CPUs, their row panels in every program elsewhere (Q2_K, not tested here: the AMX tiles,
-    or the float path on AVX-512 without AMX; docs/speculation.md): a decode row beside a prompt
-    chunk gets other bits."""
+    arithmetic than its decode programs at this level: Q2_K, Q3_K and IQ4_XS take the AMX tiles
+    on AMX CPUs, their row panels in every program elsewhere (docs/speculation.md): a decode
+    row beside a prompt chunk gets other bits."""
     from reame.jit.select import matmul_site
-    low = {"Q3_K_M": "Q3_K", "IQ4_XS": "IQ4_XS"}.get(mix)
+    low = {"Q3_K_M": "Q3_K", "IQ4_XS": "IQ4_XS", "Q2_K": "Q2_K"}.get(mix)
     if low is None:
         return False
     one, chunk = (matmul_site(low, 256, 256, n, isa).spec for n in (1, 64))
@@ -279,18 +278,19 @@ def prompt_programs_differ(mix: str, isa) -> bool:
 
 
 @pytest.mark.parametrize("level", ["avx2", None])
-@pytest.mark.parametrize("mix", ["Q8_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K_M", "Q3_K_M", "IQ4_XS"])
+@pytest.mark.parametrize("mix", ["Q8_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K_M", "Q3_K_M", "Q2_K",
+                                 "IQ4_XS"])
 def test_a_tokens_logits_are_one_arithmetic_for_every_weight_type(tmp_path_factory, mix, level):
     """Tiny synthetic Llama models (bench/synth.py: Q5_0 / Q5_1 through matmul_q8a's vnni and
-    avx2 families, Q4_1 through its row panels (on ymm halves at avx2), Q4_K_M and Q3_K_M with their Q5_0 / Q5_1 / Q6_K fallbacks and K-quants, IQ4_XS on its row panels) on the
+    avx2 families, Q4_1 through its row panels (on ymm halves at avx2), Q4_K_M and Q3_K_M with their Q5_0 / Q5_1 / Q6_K fallbacks and K-quants, Q2_K and IQ4_XS on their row panels) on the
     JIT engine at this CPU's level and at the forced avx2 level: a token's logits alone equal its
     rows in a 5- and a 12-token step, and (but where prompt_programs_differ) its row beside
     another sequence's 47-token prompt chunk (a prompt-sized program; at the avx2 level every
     mix). Catches a family whose one-token tile sums a row in another order than its wider tiles
     (until 2026-12-04: every one of these at avx2, Q5_0, Q5_1 and Q3_K_M at the native level,
     ~1e-6 apart: enough to flip a near tie) and a prompt program whose products differ from the
-    decode programs' (Q3_K_M's at avx2 on the float path: until 2026-12-04; Q3_K_M's and
-    IQ4_XS's on AVX-512 without AMX until 2026-12-06)."""
+    decode programs' (Q3_K_M's at avx2 on the float path: until 2026-12-04; Q3_K_M's, Q2_K's
+    and IQ4_XS's on AVX-512 without AMX until 2026-12-06)."""
     from bench.synth import synth_model
     from conftest import isa_at
 

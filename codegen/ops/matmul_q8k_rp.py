@@ -14,8 +14,9 @@ Families (templates/matmul_q8k_rp_<family>.ll.j2, which include matmul_q8k's):
               stack buffer first: the portable reference the dispatch table checks against
     panel     matmul_q8k's row-panel kernel on records: zmm lanes from AVX-512 VNNI, two ymm
               halves below it (avx2, avx_vnni, avx512); types Q4_K, Q5_K, Q6_K, Q3_K (quants
-              q + 4 with Q6_K's per-16 chains) and IQ4_XS (levels by vpshufb: level + 128 with a
-              -128 x sum correction on zmm, |level| x the activation signed by vpsignb on ymm);
+              q + 4 with Q6_K's per-16 chains), Q2_K (q on per-16 chains from zero, mins in
+              float) and IQ4_XS (levels by vpshufb: level + 128 with a -128 x sum correction on
+              zmm, |level| x the activation signed by vpsignb on ymm);
               in prompt chunks (min_tokens) below AVX-512 VNNI the panel as two passes of 8
               rows (lanes = 8). No tile prefetches
               (the template's next-panel prefetch, pf_loc, is the GGUF panels'): the hardware
@@ -32,16 +33,16 @@ from .matmul_q8k import OP as Q8K_OP
 from .matmul_q8k import TOLERANCE, TUNED
 
 # the types with a row-panel layout (codegen/panel_layout.py)
-RP_TYPES = (*TUNED, "Q3_K", "IQ4_XS")
+RP_TYPES = (*TUNED, "Q2_K", "Q3_K", "IQ4_XS")
 
 # the types whose 8-row passes measured faster in prompt chunks at avx2 (1 thread, 2048 x 2048,
 # 64 tokens, nt 8: Q4_K 148 -> 177 GOP/s, Q5_K 133 -> 150; Q6_K 114 -> 116, not offered;
 # IQ4_XS 896 x 4864, 64 tokens: 72 -> 99, the 0.5B file's 512-token prompt's ffn_down 1519 ->
 # 1236 thread-ms; Q3_K 5632 x 2048, 2 threads: 150-183 -> 214-263, a TinyLlama-shaped Q3_K_M
-# 512-token prefill 91-97 -> 128 tok/s); in
+# 512-token prefill 91-97 -> 128 tok/s; Q2_K 180 -> 297); in
 # steps of <= 16 tokens, weights from DRAM, they lose (the second pass reads no new lines, so
 # memory waits: a 4-token step's Q4_K products 38.8 -> 48.2 thread-ms)
-HALVES_TYPES = ("Q4_K", "Q5_K", "IQ4_XS", "Q3_K")
+HALVES_TYPES = ("Q4_K", "Q5_K", "IQ4_XS", "Q3_K", "Q2_K")
 
 
 _case, _reference = row_panel_case(Q8K_OP)

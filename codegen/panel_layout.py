@@ -1,13 +1,13 @@
-"""The row-panel weight layout of K-quant tensors (op matmul_q8k_rp) and of Q8_0 / Q4_0 / Q4_1 /
-IQ4_NL tensors (op matmul_q8a_rp, one record per 16 rows and 32-block).
+"""The row-panel weight layout of K-quant and IQ4_XS tensors (op matmul_q8k_rp) and of Q8_0 /
+Q4_0 / Q4_1 / IQ4_NL tensors (op matmul_q8a_rp, one record per 16 rows and 32-block).
 
 The panel kernels compute 16 weight rows at once with row r in vector lane r: per superblock they
 load each of the 16 rows' bytes and transpose them in registers (16 x 4 or 16 x 8 dwords). The
 panel layout stores those transposes instead, once, at load: for each group of 16 rows and each
 superblock one record of 64-byte vectors, vector k of a segment (off, n) holding dword k of
 bytes [off, off + 4n) of the 16 rows' superblocks, lane r = row r. Segments are listed in the
-order the kernel reads them. A record is the same size as the 16 superblocks (Q6_K: +32 bytes
-for its scale d, read as one dword at byte 206 of each row). The legacy types' f16 scale d sits
+order the kernel reads them. A record is the same size as the 16 superblocks (Q6_K and Q3_K:
++32 bytes for the scale d, read as one dword at byte 206 / 106 of each row). The legacy types' f16 scale d sits
 at byte 0 with the quants from byte 2, so it is stored first as 16 halfwords (F16_SEGMENTS):
 their records are exactly the 16 blocks' bytes.
 """
@@ -38,8 +38,8 @@ SEGMENTS: dict[str, tuple[tuple[int, int], ...]] = {
 # f16 fields stored first in a record as one 32-byte vector each (lane r = row r's 2 bytes): the
 # scale d of the types whose quants start at byte 2 (a dword there would repeat two quant bytes)
 F16_SEGMENTS: dict[str, tuple[int, ...]] = {"Q8_0": (0,), "Q4_0": (0,), "IQ4_NL": (0,)}
-BLOCK_BYTES = {"Q4_K": 144, "Q5_K": 176, "Q6_K": 210, "Q3_K": 110, "Q2_K": 84, "IQ4_XS": 136, "Q8_0": 34, "Q4_0": 18, "Q4_1": 20,
-               "IQ4_NL": 18}
+BLOCK_BYTES = {"Q4_K": 144, "Q5_K": 176, "Q6_K": 210, "Q3_K": 110, "Q2_K": 84, "IQ4_XS": 136,
+               "Q8_0": 34, "Q4_0": 18, "Q4_1": 20, "IQ4_NL": 18}
 
 
 def record_offsets(dtype: str) -> dict[int, int]:

@@ -195,8 +195,8 @@ PROMPT_LEVELS = {"avx2": ("avx2", "avx_vnni")}
 def prompt_q8k(dtype: str, isa) -> bool:
     """Whether prompt-chunk programs (>= PROMPT_STEP tokens) run weights of `dtype` on Q8K
     (matmul_q8k, or matmul_q8k_rp's panels) at this level: the type table's q8k_prompt types
-    always, and its row_panel types where they are repacked at this level (IQ4_XS from avx2
-    up, but amx); its prompt_families types where this op has one of those families for them at
+    always, and its row_panel types where they are repacked at this level (Q2_K, Q3_K and
+    IQ4_XS at every x86 level but amx); its prompt_families types where this op has one of those families for them at
     this level (Q2_K, Q3_K, IQ4_XS: the AMX tiles, AArch64's smmla tiles, the avx2 tiles at the
     256-bit levels only: PROMPT_LEVELS), else the float path. The JIT's
     planning (reame/jit/select.py) and the reference engine (ReferenceEngine.act_format, at

@@ -9,10 +9,11 @@ JIT engine is then fed the prompt and llama.cpp's tokens (teacher-forced, so one
 does not derail the rest) twice: as one prompt step (the prompt-chunk kernels) and token by
 token (the decode kernels). A position *disagrees* when Reame's argmax is not llama.cpp's token;
 it is *wrong* when it disagrees where llama.cpp's gap is at least `--gap`: quantisation and
-summation order move the logits of both programs by a few hundredths (llama.cpp's AVX2 and native
-builds of one IQ4_XS file differ by up to 0.12 in their gaps, and part ways at near-ties), so
-near-ties may go either way, clear choices may not. Exit status 1 when any position is wrong. Set REAME_ISA to check a lower ISA level's
-kernels (an AVX2-only CPU's) beside llama.cpp's build for that level.
+summation order move the logits of both programs by a few hundredths (llama.cpp's AVX2 and
+native builds of one IQ4_XS file differ by up to 0.12 in their gaps, and part ways at
+near-ties), so near-ties may go either way, clear choices may not. Exit status 1 when any
+position is wrong. Set REAME_ISA to check a lower ISA level's kernels (an AVX2-only CPU's)
+beside llama.cpp's build for that level.
 
 Issue 30 asked this of a llama-quantize'd IQ4_XS file on AVX2 (docs/benchmarks.md, "IQ4_XS
 beside llama.cpp at the avx2 level").

@@ -65,9 +65,10 @@ PROMPT_STEP = 17
 
 # the x86 levels whose row panels run on 256-bit registers (below avx512_vnni)
 PANEL_256 = ("avx2", "avx_vnni", "avx512")
-# the x86 levels where Q8_0 / Q4_0 / Q4_1 / IQ4_NL weights are repacked into records: every one
-# but amx, whose prompt chunks run matmul_q8a's AMX tiles on the file's rows
-Q8A_RECORD_LEVELS = PANEL_256 + ("avx512_vnni", "avx512_bf16")
+# the x86 levels where Q8_0 / Q4_0 / Q4_1 / IQ4_NL (matmul_q8a_rp) and Q2_K / Q3_K / IQ4_XS
+# (matmul_q8k_rp) weights are repacked into records: every one but amx, whose prompt chunks run
+# AMX tiles on the file's rows
+RECORD_LEVELS = PANEL_256 + ("avx512_vnni", "avx512_bf16")
 
 TENSOR_TYPES: dict[str, TensorType] = {t.name: t for t in (
     #    type      activations  traits
@@ -79,9 +80,9 @@ TENSOR_TYPES: dict[str, TensorType] = {t.name: t for t in (
     # gather per block) cost more than the 1-row tiles at one token on 256-bit registers, and
     # on zmm (AMD Zen 4, 2 threads from DRAM) 1.6-1.75x the records' time at one token and up
     # to 1.9x at 8 (docs/kernels-int8.md); on AMX CPUs the file's rows feed the AMX prompt tiles
-    _row("Q8_0",   "q8a",       row_panel=True, row_panel_levels=Q8A_RECORD_LEVELS),
-    _row("Q4_0",   "q8a",       row_panel=True, row_panel_levels=Q8A_RECORD_LEVELS),
-    _row("Q4_1",   "q8a",       row_panel=True, row_panel_levels=Q8A_RECORD_LEVELS),
+    _row("Q8_0",   "q8a",       row_panel=True, row_panel_levels=RECORD_LEVELS),
+    _row("Q4_0",   "q8a",       row_panel=True, row_panel_levels=RECORD_LEVELS),
+    _row("Q4_1",   "q8a",       row_panel=True, row_panel_levels=RECORD_LEVELS),
     _row("Q5_0",   "q8a"),
     _row("Q5_1",   "q8a"),
     _row("Q4_K",   "q8k",       int_dot=True, row_panel=True, q8k_prompt=True),
@@ -96,17 +97,17 @@ TENSOR_TYPES: dict[str, TensorType] = {t.name: t for t in (
     # elsewhere prompt chunks on Q8K where the level has matmul_q8k's AMX tiles (3.5-4.5x the
     # float gemm, docs/kernels-kquants.md) or AArch64's smmla tiles, else the float path.
     # AMD Zen 4, 2 threads, weights hot, 2048 x 5632 at 64 tokens: IQ4_XS 679 GOP/s against 205
-    # for the 1-row vnni tiles and 138-161 for the float gemm, Q3_K 266 against 173 and 143,
+    # for the 1-row vnni tiles and 138-161 for the float gemm, Q3_K 540 against 235 and 155,
     # Q2_K 468 against 256 and 148; a TinyLlama-shaped Q3_K_M's one-token step 21.5-25.4 ->
     # 16.4-20.8 ms; forced avx2, IQ4_XS 896 x 4864: one token 92 -> 63 us, 64 tokens 130 ->
     # 160-200 GOP/s (docs/kernels-kquants.md)
-    _row("Q2_K",   "q8k",       prompt_families=("amx", "i8mm", "avx2"), row_panel=True,
-         row_panel_levels=Q8A_RECORD_LEVELS),
-    _row("Q3_K",   "q8k",       prompt_families=("amx", "i8mm", "avx2"), row_panel=True,
-         row_panel_levels=Q8A_RECORD_LEVELS),
-    _row("IQ4_XS", "q8k",       prompt_families=("amx", "i8mm", "avx2"), row_panel=True,
-         row_panel_levels=Q8A_RECORD_LEVELS),
-    _row("IQ4_NL", "q8a",       row_panel=True, row_panel_levels=Q8A_RECORD_LEVELS),
+    _row("Q2_K",   "q8k",       prompt_families=("amx", "i8mm"), row_panel=True,
+         row_panel_levels=RECORD_LEVELS),
+    _row("Q3_K",   "q8k",       prompt_families=("amx", "i8mm"), row_panel=True,
+         row_panel_levels=RECORD_LEVELS),
+    _row("IQ4_XS", "q8k",       prompt_families=("amx", "i8mm"), row_panel=True,
+         row_panel_levels=RECORD_LEVELS),
+    _row("IQ4_NL", "q8a",       row_panel=True, row_panel_levels=RECORD_LEVELS),
 )}
 
 # IQ4_NL / IQ4_XS: the 16 signed levels a 4-bit index selects (gguf's own table)

@@ -833,18 +833,16 @@ def test_available_memory_reads_the_cgroup_limit(tmp_path):
 @pytest.mark.parametrize("mix", ["Q2_K", "Q3_K", "IQ4_XS"])
 def test_q8k_only_types_sites(synth_dir, mix, level):
     """Types with Q8K kernels only (no Q8A kernels): integer dots on Q8K in the decode and batch
-    programs; in the prompt-chunk program the AMX tiles where the level has them, AArch64's i8mm
-    (smmla) tiles, or the avx2 tiles at the 256-bit levels (avx2, avx_vnni: select.prompt_q8k),
-    else the float path (faster there than the 1-row tiles), and the reference oracle rounds
-    their inputs by the same rule; all three on their row panels (matmul_q8k_rp) in every
-    program at every x86 level but amx, since 2026-12-06. At this CPU's level and at the forced avx2 and avx_vnni levels.
-    Catches a type that silently stays on the float path for decode (or on the portable kernel
-    at avx2), a prompt program sent to the 1-row vnni tiles or left on the float path at avx2
-    or avx_vnni, a type left on the 1-row tiles or its prompts on the float path where it has
-    row panels, and a reference that rounds where the engine does not."""
+    programs; since 2026-12-06 all three on their row panels (matmul_q8k_rp) in every program,
+    prompt chunks included, at every x86 level but amx; elsewhere prompt chunks on the AMX tiles
+    where the level has them or AArch64's i8mm (smmla) tiles (select.prompt_q8k), else the float
+    path; the reference oracle rounds their inputs by the same rule. At this CPU's level and at
+    the forced avx2 and avx_vnni levels. Catches a type that silently stays on the float path for
+    decode, a type left on the 1-row tiles or its prompts on the float path where it has row
+    panels, a prompt program sent to the AMX tiles at a level without them, and a reference that
+    rounds where the engine does not."""
     from conftest import isa_at
-    from reame.codegen.ops.matmul_q8k import PROMPT_LEVELS
-    from reame.tensor_types import Q8A_RECORD_LEVELS
+    from reame.tensor_types import RECORD_LEVELS
     isa = isa_at(level or "native")
     model = load_model(synth_model(synth_dir, "tiny-llama", mix, n_ff=512))
     eng = JITEngine(model, n_ctx=64, max_seqs=4, threads=2, max_batch_tokens=32, isa=isa)
@@ -853,14 +851,12 @@ def test_q8k_only_types_sites(synth_dir, mix, level):
     try:
         name = "blk.0.attn_q.weight"
         assert model.tensor(name).type.name == mix
-        tiles = TENSOR_TYPES[mix].prompt_families   # x86 AMX and avx2, AArch64 smmla
+        tiles = TENSOR_TYPES[mix].prompt_families   # x86 AMX, AArch64 smmla
         panels = TENSOR_TYPES[mix].row_panel_at(eng.isa.level)
-        assert panels == (eng.isa.level in Q8A_RECORD_LEVELS)
+        assert panels == (eng.isa.level in RECORD_LEVELS)
         tiled = prompt_q8k(mix, eng.isa)
-        assert tiled == (panels or any(
-            v.family in tiles and v.usable(eng.isa)
-            and eng.isa.level in PROMPT_LEVELS.get(v.family, (eng.isa.level,))
-            for v in get_op("matmul_q8k").variants))
+        assert tiled == (panels or any(v.family in tiles and v.usable(eng.isa)
+                                       for v in get_op("matmul_q8k").variants))
         if level in ("avx2", "avx_vnni"):
             assert tiled
         for bucket in eng.buckets:
@@ -872,8 +868,6 @@ def test_q8k_only_types_sites(synth_dir, mix, level):
                 assert fam == "panel", (bucket, fam)
                 continue
             assert (fam in tiles) == tiled if bucket > 16 else fam != "amx", (bucket, fam)
-            if level in ("avx2", "avx_vnni"):
-                assert fam == "avx2", (bucket, fam)
         for n, fmt in ((1, "q8k"), (16, "q8k"), (17, "q8k" if tiled else None),
                        (32, "q8k" if tiled else None)):
             ref._step_tokens = n

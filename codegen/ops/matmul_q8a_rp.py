@@ -19,7 +19,7 @@ Families (templates/matmul_q8a_rp_<family>.ll.j2, which include matmul_q8a's):
               prompt chunks (min_tokens) Q4_0/Q4_1 as two passes of 8 rows, lanes = 8) and from
               avx512_vnni on zmm (nt up to 12 in steps, 8 in prompt chunks; 16 tokens as two
               passes of 8): the weights' layout at
-              every x86 level but amx (reame/tensor_types.py Q8A_RECORD_LEVELS; on AMD Zen 4 the
+              every x86 level but amx (reame/tensor_types.py RECORD_LEVELS; on AMD Zen 4 the
               zmm panels on GGUF rows took 1.6-1.75x the records' time at one token,
               docs/kernels-int8.md)
 The expected result and tolerance are matmul_q8a's (same integer sums, same float steps).

@@ -185,25 +185,18 @@ OP = Op(
 )
 
 
-# families that serve prompt chunks only at these levels: the avx2 tiles run 2048 x 2048 at 64
-# tokens as fast as the float gemm at the avx2 level (both on 256-bit registers: 73-82 against
-# 77-84 GOP/s, one thread) and at 0.65x its 512-bit tiles above it (71 against 108 GOP/s,
-# docs/kernels-kquants.md); avx_vnni is avx2 with vpdpbusd on ymm (its 256-bit registers too)
-PROMPT_LEVELS = {"avx2": ("avx2", "avx_vnni")}
-
-
 def prompt_q8k(dtype: str, isa) -> bool:
     """Whether prompt-chunk programs (>= PROMPT_STEP tokens) run weights of `dtype` on Q8K
     (matmul_q8k, or matmul_q8k_rp's panels) at this level: the type table's q8k_prompt types
-    always, and its row_panel types where they are repacked at this level (Q2_K, Q3_K and
-    IQ4_XS at every x86 level but amx); its prompt_families types where this op has one of those families for them at
-    this level (Q2_K, Q3_K, IQ4_XS: the AMX tiles, AArch64's smmla tiles, the avx2 tiles at the
-    256-bit levels only: PROMPT_LEVELS), else the float path. The JIT's
-    planning (reame/jit/select.py) and the reference engine (ReferenceEngine.act_format, at
-    the level a JIT engine would take by default) both ask here."""
+    always; its row_panel types where they are repacked at this level (Q2_K, Q3_K and IQ4_XS at
+    every x86 level but amx: the panels serve every program; expert matrices, which are not
+    repacked, then run matmul_q8k's 1-row tiles); its prompt_families types where this op has
+    one of those families for them at this level (the AMX tiles, AArch64's smmla tiles); else
+    the float path. The JIT's planning (reame/jit/select.py) and the reference engine
+    (ReferenceEngine.act_format, at the level a JIT engine would take by default) both ask
+    here."""
     t = TENSOR_TYPES[dtype]
     if t.q8k_prompt or t.row_panel_at(isa.level):
         return True
     return any(v.family in t.prompt_families and dtype in v.dtypes and v.usable(isa)
-               and isa.level in PROMPT_LEVELS.get(v.family, (isa.level,))
                for v in OP.variants)

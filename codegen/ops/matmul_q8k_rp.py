@@ -36,13 +36,15 @@ from .matmul_q8k import TOLERANCE, TUNED
 RP_TYPES = (*TUNED, "Q2_K", "Q3_K", "IQ4_XS")
 
 # the types whose 8-row passes measured faster in prompt chunks at avx2 (1 thread, 2048 x 2048,
-# 64 tokens, nt 8: Q4_K 148 -> 177 GOP/s, Q5_K 133 -> 150; Q6_K 114 -> 116, not offered;
+# 64 tokens, nt 8: Q4_K 148 -> 177 GOP/s, Q5_K 133 -> 150 on the Intel VM; Q6_K 114 -> 116
+# there, but on AMD Zen 4 87 -> 128, 2048 x 5632 86 -> 128, 5632 x 2048 76 -> 126, 2048 x 256
+# 87 -> 141, hot, nt 4 on 16 lanes 92-110;
 # IQ4_XS 896 x 4864, 64 tokens: 72 -> 99, the 0.5B file's 512-token prompt's ffn_down 1519 ->
 # 1236 thread-ms; Q3_K 5632 x 2048, 2 threads: 150-183 -> 214-263, a TinyLlama-shaped Q3_K_M
 # 512-token prefill 91-97 -> 128 tok/s; Q2_K 180 -> 297); in
 # steps of <= 16 tokens, weights from DRAM, they lose (the second pass reads no new lines, so
 # memory waits: a 4-token step's Q4_K products 38.8 -> 48.2 thread-ms)
-HALVES_TYPES = ("Q4_K", "Q5_K", "IQ4_XS", "Q3_K", "Q2_K")
+HALVES_TYPES = ("Q4_K", "Q5_K", "Q6_K", "IQ4_XS", "Q3_K", "Q2_K")
 
 
 _case, _reference = row_panel_case(Q8K_OP)

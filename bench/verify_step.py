@@ -48,11 +48,13 @@ def measure(gguf: str, ctx: int, rows: list[int], threads: int, rounds: int,
     import numpy as np
 
     from reame.batch import Batch
+    from reame.engines import kv_type_for
     from reame.jit.engine import JITEngine
     from reame.model import load_model
 
     model = load_model(gguf)
     R = max(rows)
+    kv_type = kv_type_for(model.config, kv_type)     # "bf16" / "auto": the layout this CPU keeps
     eng = JITEngine(model, n_ctx=max(1024, ctx + R + 64), max_seqs=1, threads=threads,
                     kv_dtype=kv_type, max_logits=max(16, R))
     try:
@@ -125,7 +127,7 @@ def main(argv=None) -> int:
     ap.add_argument("--as-prompt", action="store_true",
                     help="also the same rows as prompt rows (the prompt attention kernel)")
     ap.add_argument("--kv-type", default="f32",
-                    help="KV cache type(s), a comma list measured in turn (f32, f16, bf16)")
+                    help="KV cache type(s), a comma list measured in turn (f32, f16, bf16, auto)")
     ap.add_argument("--json", help="write the results here")
     a = ap.parse_args(argv)
     rows = sorted({int(x) for x in a.rows.split(",")})
@@ -137,7 +139,7 @@ def main(argv=None) -> int:
         res.update(date=time.strftime("%Y-%m-%d %H:%M"), gguf=a.gguf, ctx=a.ctx,
                    threads=a.threads)
         print(f"# {Path(a.gguf).name}, ctx {a.ctx}, {a.threads} threads, {res['isa']}, "
-              f"KV cache {kv}, attention {res['attn_type']}")
+              f"KV cache {res['kv_type']}, attention {res['attn_type']}")
         print("\n".join(table(res)))
         out.append(res)
     if a.json:

@@ -87,12 +87,14 @@ def request_class(seq) -> str:
 
 
 class Speculator:
-    def __init__(self, n_vocab: int, *, max_tokens: int = 1 << 18, learn: bool = True):
+    def __init__(self, n_vocab: int, *, max_tokens: int = 1 << 18, learn: bool = True,
+                 margin: float = TPOT_MARGIN):
         """`max_tokens`: the global index's bound (token positions of earlier requests);
         `learn`: finished requests join the global index (False: each request drafts from
-        itself only)."""
+        itself only); `margin`: the time-per-token guard's share (control.TPOT_MARGIN)."""
         self.n_vocab = n_vocab
         self.learn = learn
+        self.margin = margin
         self.global_ = TokenIndex(max_tokens)
         self.cost = StepCost()
         self.accept = Acceptance()
@@ -110,7 +112,7 @@ class Speculator:
         self.accepted_per_pos = [0] * MAX_DRAFT
         self.emitted = 0                        # tokens emitted by sequences that verified
         # per finished sequence: its time per token relative to steps without drafts, on the
-        # curve (the guard's own accounting): < 1 gained from drafts, <= 1 + TPOT_MARGIN when
+        # curve (the guard's own accounting): < 1 gained from drafts, <= 1 + margin when
         # only others' drafts lengthened its steps
         self.tpot_ratios: deque = deque(maxlen=GUARD_SEQS)
         self.loaded_docs = 0
@@ -144,7 +146,7 @@ class Speculator:
                 offers.append([])
         states = [self._state(seq) for seq in seqs]
         ks, binder = allocate(offers, base_tokens, self.cost, max_total,
-                              [st.slack for st in states])
+                              [st.slack for st in states], self.margin)
         if binder is not None:                  # why: the sequence whose bound held the drafts
             st = states[binder]
             why = "in_debt" if st.slack < 0 else "no_draft" if not offers[binder] else "draft"
@@ -276,7 +278,7 @@ class Speculator:
     def _settle(self) -> None:
         """Once the last proposing step's tokens are sampled (verified() ran): each sequence it
         saw moves ahead of the time-per-token guard by what its emitted tokens would have cost
-        without drafts (1 + TPOT_MARGIN base steps each) less what the step cost (the curve's
+        without drafts (1 + margin base steps each) less what the step cost (the curve's
         estimates, as the choice used)."""
         pending, self._pending = self._pending, None
         if pending is None:
@@ -284,7 +286,7 @@ class Speculator:
         c0, c, states = pending
         bound = SLACK_STEPS * c0
         for st in states:
-            st.slack = max(-bound, min(bound, st.slack + (1 + TPOT_MARGIN) * st.emitted * c0 - c))
+            st.slack = max(-bound, min(bound, st.slack + (1 + self.margin) * st.emitted * c0 - c))
             st.spent += c
             st.fair += st.emitted * c0
 

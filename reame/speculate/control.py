@@ -30,7 +30,8 @@ second, from measured step costs and observed acceptance.
   would have without them (on the measured curve), a sequence that gained from its own drafts
   may spend its gain on others', and one whose own drafts were rejected holds every draft in
   its steps until it has caught up. Tokens per second alone would let drafts of a few
-  sequences slow many (unique chats at saturation: +20% p95 time per token, 2026-12-03).
+  sequences slow many (unique chats at saturation: +20% p95 time per token, 2026-12-03); the
+  margin trades that bound against what neighbours' drafts may take (TPOT_MARGIN).
 """
 
 from __future__ import annotations
@@ -46,7 +47,14 @@ SAMPLES = 16            # step times kept per token count (their median is the e
 MAX_DRAFT = 15          # draft tokens per sequence and step (1 + 15 fits the 16-token program)
 PRIOR_ACCEPT = (1.2, 0.8)   # Beta prior of a depth's acceptance (a mean of 0.6: worth a try)
 DECAY = 0.995           # per observation of a class: old evidence fades (~200 verify steps)
-TPOT_MARGIN = 0.03      # a sequence's time per token may grow by this share at most (the guard)
+# the guard: a sequence's time per token may grow by this share at most through its neighbours'
+# drafts. 0.03 held four streams of the repetitive workload to 1.10x speculation off (2026-12-06,
+# SmolLM2 on a 2-vCPU Zen 4: their verify rows are arithmetic-bound, so each draft lengthens
+# three neighbours' steps); 0.10 gave 1.30x, 0.25 1.24x and 1.58x (two runs) at a p95 time per
+# token 13.9 / 15.5 ms against 15.6 at 0.03 and 13.4-13.7 without speculation, no guard 1.56x at
+# 20.0 ms; the control (unique chats at saturation) at 0.25: p95 time per token 0.940x and
+# throughput 1.063x speculation off (docs/speculation.md)
+TPOT_MARGIN = 0.25
 
 
 def _bin(n: int) -> int:
@@ -250,14 +258,16 @@ class Acceptance:
 
 
 def allocate(offers: list[list[float]], base_tokens: int, cost: StepCost,
-             max_total: int, slack: list[float] | None = None) -> tuple[list[int], int | None]:
+             max_total: int, slack: list[float] | None = None,
+             margin: float = TPOT_MARGIN) -> tuple[list[int], int | None]:
     """Draft tokens per offer. offers[i]: the conditional acceptance of sequence i's draft
     tokens in order ([] : a decoding sequence with nothing to draft); base_tokens: the tokens
     the step computes without drafts, each worth one (prompt tokens are work the server must do
     as much as decode tokens: valued at 0, drafts beside a long prompt chunk would look free
     while they delay it); at most max_total draft tokens in all; slack[i]: seconds sequence i is
-    ahead of the time-per-token guard (None: none is). Returns (k_i <= len(offers[i]), the
-    sequence whose bound cut the total below the best rate's, or None)."""
+    ahead of the time-per-token guard (None: none is); margin: the guard's share (TPOT_MARGIN).
+    Returns (k_i <= len(offers[i]), the sequence whose bound cut the total below the best
+    rate's, or None)."""
     ks = [0] * len(offers)
     if not offers or max_total <= 0 or not cost.known():
         return ks, None
@@ -273,7 +283,7 @@ def allocate(offers: list[list[float]], base_tokens: int, cost: StepCost,
             nxt = surv * offers[i][j + 1]
             heapq.heappush(heap, (-nxt, i, j + 1, nxt))
     c0 = cost(base_tokens)
-    unit = (1 + TPOT_MARGIN) * c0
+    unit = (1 + margin) * c0
     slack = slack or [0.0] * len(offers)
     emit = [1.0] * len(offers)                     # expected tokens out of the step, per sequence
     # each sequence's bound on the step's cost, lowest first (lazy: stale entries skipped)

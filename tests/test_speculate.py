@@ -412,8 +412,8 @@ def test_the_guard_keeps_a_non_drafting_sequences_time_per_token():
     well-accepted tokens: tokens per second alone would take all 8 (a 16% longer step for the
     15 others, which gain nothing); a guard of 3% allows that margin only, until the others are
     ahead of it (slack), and a sequence whose own drafts paid may be slowed by what it gained;
-    the default margin (TPOT_MARGIN) lets the 16% through and no more. Catches a controller
-    maximising tokens per second alone, one ignoring the slack, or one ignoring its margin."""
+    a margin of 25% lets the 16% through and no more. Catches a controller maximising tokens
+    per second alone, one ignoring the slack, or one ignoring its margin."""
     c = curve(CHEAP)
     M = 0.03
     offers = [[0.9] * 8] + [[]] * 15
@@ -426,12 +426,14 @@ def test_the_guard_keeps_a_non_drafting_sequences_time_per_token():
     assert sum(choose([[0.9] * 8] * 16, 16, c, 400, None, M)) >= 64
     # one sequence behind its bound (its drafts were rejected): no draft of the others' slows it
     assert sum(choose([[0.9] * 8] * 15 + [[]], 16, c, 400, [0.0] * 15 + [-0.01], M)) == 0
-    # the default margin: 8 drafts (16% longer) pass; 60 drafts of four sequences would take
-    # the others past it and are cut to what keeps every bound
-    assert c(24) <= (1 + control.TPOT_MARGIN) * c(16) and choose(offers, 16, c, 100)[0] == 8
+    # a 25% margin (--speculate-guard 0.25): 8 drafts (16% longer) pass; 60 drafts of four
+    # sequences would take the others past it and are cut to what keeps every bound; the
+    # default margin is the module's
+    assert c(24) <= 1.25 * c(16) and choose(offers, 16, c, 100, None, 0.25)[0] == 8
     many = [[0.9] * 15] * 4 + [[]] * 12
-    ks = choose(many, 16, c, 100)
-    assert c(16 + sum(ks)) <= (1 + control.TPOT_MARGIN) * c(16) < c(16 + 60) and sum(ks) > 8
+    ks = choose(many, 16, c, 100, None, 0.25)
+    assert c(16 + sum(ks)) <= 1.25 * c(16) < c(16 + 60) and sum(ks) > 8
+    assert choose(offers, 16, c, 100) == choose(offers, 16, c, 100, None, control.TPOT_MARGIN)
 
 
 def test_a_sequence_owes_the_time_its_rejected_draft_cost():

@@ -30,6 +30,22 @@ def test_the_flag_auto_follows_adaptive():
         ServerConfig.from_env({"REAME_SPECULATE": "yes"})
     with pytest.raises(ReameError):
         ServerConfig.from_env({"REAME_SPECULATE_TOKENS": "10"})
+    assert ServerConfig.from_env({"REAME_SPECULATE_GUARD": "0.25"}).speculate_guard == 0.25
+    for bad in ("-0.1", "nan", "11"):
+        with pytest.raises(ReameError):
+            ServerConfig.from_env({"REAME_SPECULATE_GUARD": bad})
+
+
+def test_the_guard_margin_reaches_the_speculator(stories_model, tmp_path):
+    """--speculate-guard sets the Speculator's margin (the default: control.TPOT_MARGIN).
+    Catches the option parsed but never passed on."""
+    from reame.speculate.control import TPOT_MARGIN
+    for kw, want in (({}, TPOT_MARGIN), ({"speculate_guard": 0.25}, 0.25)):
+        app = make_app(stories_model, tmp_path, speculate="on", **kw)
+        try:
+            assert app.reame.service.speculator.margin == want
+        finally:
+            stop(app)
 
 
 class PinnedCost(StepCost):

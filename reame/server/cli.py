@@ -137,6 +137,11 @@ def add_serve_command(subparsers) -> None:
     p.add_argument("--speculate-tokens", type=int, default=None, metavar="N",
                    help="token positions of earlier requests kept to draft from, least useful "
                         "evicted first (default: $REAME_SPECULATE_TOKENS or 262144, ~51 MB)")
+    p.add_argument("--speculate-guard", type=float, default=None, metavar="SHARE",
+                   help="how much a request's time per token may grow through other requests' "
+                        "drafts: 0.03 keeps every stream within 3%%; 0.25 lets streams that echo "
+                        "earlier text speed up more beside ones that do not (default: "
+                        "$REAME_SPECULATE_GUARD or 0.03)")
     p.add_argument("--kernel-tuning", default=None, choices=("exact", "any"),
                    help="kernel variants the adaptive runtime may put live: exact, only those "
                         "whose outputs are bit-identical to the live kernel's (tuning changes "
@@ -210,6 +215,7 @@ def cmd_serve(args) -> int:
         adaptive_dir=args.adaptive_dir, adaptive_boot=args.adaptive_boot,
         adaptive_report=args.adaptive_report, tpot_limit=args.tpot_limit, pin=pin,
         speculate=args.speculate, speculate_tokens=args.speculate_tokens,
+        speculate_guard=args.speculate_guard,
         kernel_tuning=args.kernel_tuning)
     from .model_specs import plan_models
     # every file's header read once, here: a missing or unreadable file, two models with one

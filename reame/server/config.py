@@ -6,6 +6,7 @@ import os
 from dataclasses import dataclass, fields
 
 from ..errors import ReameError
+from ..speculate.control import TPOT_MARGIN
 
 _CLAIMED: dict = {}    # (pid, directory) -> the pool slot this worker claimed
 DEFAULT_BATCH = 16     # sequences running at once to start with (measured: docs/benchmarks.md)
@@ -62,6 +63,9 @@ class ServerConfig:
     # --adaptive on and never under off; on / off regardless
     speculate: str = "auto"
     speculate_tokens: int = 1 << 18     # token positions of earlier requests kept to draft from
+    # the time-per-token guard: neighbours' drafts may lengthen a sequence's time per token by
+    # this share at most (reame/speculate/control.py TPOT_MARGIN)
+    speculate_guard: float = TPOT_MARGIN
     # which kernel variants the tuner may put live: exact (outputs bit-identical to the live
     # variant's: tuning never changes a computed bit) or any (within the op's tolerance)
     kernel_tuning: str = "exact"
@@ -100,6 +104,7 @@ class ServerConfig:
         "adaptive_boot": "REAME_ADAPTIVE_BOOT", "adaptive_report": "REAME_ADAPTIVE_REPORT",
         "tpot_limit": "REAME_TPOT_LIMIT", "pin": "REAME_PIN",
         "speculate": "REAME_SPECULATE", "speculate_tokens": "REAME_SPECULATE_TOKENS",
+        "speculate_guard": "REAME_SPECULATE_GUARD",
         "kernel_tuning": "REAME_KERNEL_TUNING",
         "models": "REAME_MODELS", "models_dir": "REAME_MODELS_DIR",
         "memory_budget_mb": "REAME_MEMORY_BUDGET_MB", "keep_alive": "REAME_KEEP_ALIVE",
@@ -225,6 +230,8 @@ class ServerConfig:
             raise ReameError("kernel_tuning must be exact or any")
         if self.speculate_tokens < 1024:
             raise ReameError("speculate_tokens must be >= 1024")
+        if not 0 <= self.speculate_guard <= 10:          # NaN fails too
+            raise ReameError("speculate_guard must be a share between 0 and 10")
         if self.memory_budget_mb is not None and self.memory_budget_mb < 1:
             raise ReameError("memory_budget_mb must be >= 1")
         if self.models_dir is not None and not os.path.isdir(self.models_dir):

@@ -106,7 +106,8 @@ class ModelService:
         self.speculator = None
         if config.speculating:
             from ..speculate import Speculator
-            self.speculator = Speculator(tokenizer.n_vocab, max_tokens=config.speculate_tokens)
+            self.speculator = Speculator(tokenizer.n_vocab, max_tokens=config.speculate_tokens,
+                                         margin=config.speculate_guard)
             if self.adaptive is not None:       # reported and saved with the strategy
                 self.adaptive.speculator = self.speculator
         self.scheduler = Scheduler(engine, params, salt=model_identity(engine),

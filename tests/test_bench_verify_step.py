@@ -28,3 +28,14 @@ def test_rows_run_the_kernel_their_kind_says(stories_path):
         assert by["prompt", r]["thread_ms"]["attention_op"] == "attn_prefill"
     lines = verify_step.table(res)
     assert len(lines) == 2 + 4 and lines[2].startswith("| decode | 1 |")
+
+
+def test_a_kv_type_is_resolved_for_this_cpu(stories_path):
+    """--kv-type auto (and bf16) name what the engine keeps on this CPU (bf16 tiles, the bf16
+    pair layout, or f32): catches the name passed to the engine as given (it accepts only the
+    layouts, so "auto" failed with a ValueError, and "bf16" did on CPUs without AMX)."""
+    from reame.engines import kv_type_for
+    from reame.model import load_model
+    res = verify_step.measure(str(stories_path), ctx=40, rows=[1], threads=1, rounds=1,
+                              kv_type="auto")
+    assert res["kv_type"] == kv_type_for(load_model(str(stories_path)).config, "auto")

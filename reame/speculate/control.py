@@ -48,12 +48,10 @@ MAX_DRAFT = 15          # draft tokens per sequence and step (1 + 15 fits the 16
 PRIOR_ACCEPT = (1.2, 0.8)   # Beta prior of a depth's acceptance (a mean of 0.6: worth a try)
 DECAY = 0.995           # per observation of a class: old evidence fades (~200 verify steps)
 # the guard's default (`reame serve --speculate-guard`): a sequence's time per token may grow by
-# this share at most through its neighbours' drafts. Measured 2026-12-06 (SmolLM2 on a 2-vCPU
-# Zen 4, bench.speculate, docs/speculation.md): at four streams of the repetitive workload,
-# whose verify rows are arithmetic-bound there, 0.03 gave 1.10x speculation off, 0.10 1.30x,
-# 0.25 1.24x / 1.58x / 1.45x (three runs), no guard 1.56x; but at 0.25 the control (unique chats
-# at 16 streams) read p95 time per output token 0.940x in one run and 1.078x in another, past
-# the 1.05x it must keep (0.969x at 0.03, 2026-12-06 10:40): the default stays 0.03
+# this share at most through its neighbours' drafts. A larger margin lets echoing streams beside
+# unique ones gain more (four streams 1.10-1.38x speculation off at 0.03, 1.24-1.58x at 0.25,
+# SmolLM2 on a 2-vCPU Zen 4, 2026-12-06); the control's p95 line did not tell the two apart in
+# five runs (docs/speculation.md, "The guard's margin"), so the default keeps the tighter bound
 TPOT_MARGIN = 0.03
 
 

@@ -33,7 +33,11 @@ DEFAULT_ATTN_TYPE = "auto"
 # "auto", the command line's and server's default: bf16 where the JIT engine can keep it
 # (AMX-BF16 or AVX512_BF16, a model the kernels serve) and activations are q8 with
 # bf16-capable attention (not --act-type f32 or --attn-type f32 / invariant, which ask for f32
-# numerics), else f32. ("bf16p" is how bf16 is kept, not an option of its own.)
+# numerics); else, with those numerics, f16 on x86 CPUs with AVX2 (F16C converts the halves as
+# attention reads them: decode steps 1.08-1.35x an f32 cache's, prompts within 1-4%, half the
+# memory; a 2-vCPU Xeon with AVX-512 VNNI and no BF16, 2026-12-06, docs/benchmarks.md), else
+# f32 (ARM64 and the generic level: not measured). ("bf16p" is how bf16 is kept, not an option
+# of its own.)
 KV_TYPES = ("auto", *(t for t in CACHE_TYPES if t != "bf16p"))
 DEFAULT_KV_TYPE = "auto"
 
@@ -60,8 +64,11 @@ def kv_type_for(model_config, kv_type: str = DEFAULT_KV_TYPE, engine: str = DEFA
     why = bf16_cache_refusal(isa, model_config, block_size, attn_type, layout)
     if kv_type != "auto" and why:
         raise ReameError(why)
-    if kv_type == "auto" and (why or (act_type or DEFAULT_ACT_TYPE[engine]) != "q8"):
-        return "f32"
+    if kv_type == "auto":
+        if (act_type or DEFAULT_ACT_TYPE[engine]) != "q8" or attn_type in ("f32", "invariant"):
+            return "f32"                    # f32 numerics asked for
+        if why:                             # no bf16 attention here: halves where F16C reads them
+            return "f16" if isa.arch == "x86_64" and isa.level != "generic" else "f32"
     return layout
 
 

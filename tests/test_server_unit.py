@@ -279,7 +279,8 @@ def test_act_type_setting_reaches_the_engine(stories_path, monkeypatch):
     service.engine_factory(cfg)()
     from reame.kv_cache import bytes_per_token
     c = load_model(stories_path).config
-    per_block = 16 * bytes_per_token(c.n_layer, c.n_head_kv, c.head_dim, c.head_dim_v)
+    kv = service.kv_type_of(cfg, c)              # auto: the cache type this CPU gets
+    per_block = 16 * bytes_per_token(c.n_layer, c.n_head_kv, c.head_dim, c.head_dim_v, kv)
     assert seen["kv_blocks"] == 2**20 // per_block and seen["block_size"] == 16
     assert seen["n_ctx"] == min(c.n_ctx_train, 4096, seen["kv_blocks"] * 16)
     assert seen["max_seqs"] == 3

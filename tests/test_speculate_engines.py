@@ -343,7 +343,7 @@ def test_invariant_attention_keeps_a_tokens_logits_in_a_prompt_sized_step(attn_t
         eng.close()
 
 
-@pytest.mark.parametrize("kv", ["f32", "bf16", "bf16p"])
+@pytest.mark.parametrize("kv", ["f32", "f16", "bf16", "bf16p"])
 def test_a_tokens_attention_is_one_arithmetic_whatever_shares_its_step(kv):
     """The default attention (attn_type auto: bf16 prompt attention on an AMX-BF16 CPU) runs,
     in every program, a step's decode rows (Batch.n_decode, first) on attn_decode and its
@@ -359,16 +359,17 @@ def test_a_tokens_attention_is_one_arithmetic_whatever_shares_its_step(kv):
     layout) every row runs the amx family: the same lines hold (catches programs choosing
     their own key tile, bk 32 in some and 64 in others); with the pair layout (bf16p, AVX512_BF16)
     every row runs attn_decode's bf16dp family: the same lines hold (catches prompt rows left on
-    the f32 prompt kernel)."""
+    the f32 prompt kernel). The f16 cache (`--kv-type auto` on x86 CPUs without BF16) splits
+    the rows as f32 does, each kernel widening the halves it reads."""
     from reame.batch import Batch
-    if kv != "f32":
+    if kv not in ("f32", "f16"):
         from conftest import amx_attention_missing, bf16dp_missing
         why = (amx_attention_missing if kv == "bf16" else bf16dp_missing)()
         if why:                 # AMX-BF16 / AVX512_BF16 hardware
             pytest.skip(why)
     model, eng = smollm2_jit(max_seqs=4, kv_type=kv)
     try:
-        assert eng.split_attention == (kv == "f32")
+        assert eng.split_attention == (kv in ("f32", "f16"))
         prompt = [int(t) for t in np.random.default_rng(3).integers(100, 20000, 60)]
         n = len(prompt)
         whole = eng.forward(Batch.prefill(prompt, 0, 0))[-1]

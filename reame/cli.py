@@ -168,7 +168,7 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
                    help="KV cache type (bf16: every row's attention in bf16, on AMX-BF16 "
                         "tiles or AVX512_BF16 dot products, in the layout they read, "
                         "docs/kernels-attention.md; auto, the default: bf16 where the jit "
-                        "engine can keep it, else f32)")
+                        "engine can keep it, else f16 on x86 from AVX2 up, else f32)")
     p.add_argument("--act-type", choices=ACT_TYPES, default=None,
                    help="activations of quantised-weight products: q8 = 8-bit integer dot "
                         "products as llama.cpp (fastest), f32 = float activations, matching the "

@@ -36,8 +36,8 @@ DEFAULT_ATTN_TYPE = "auto"
 # numerics); else, with those numerics, f16 on x86 CPUs with AVX2 (F16C converts the halves as
 # attention reads them: decode steps 1.08-1.35x an f32 cache's, prompts within 1-4%, half the
 # memory; a 2-vCPU Xeon with AVX-512 VNNI and no BF16, 2026-12-06, docs/benchmarks.md), else
-# f32 (ARM64 and the generic level: not measured). ("bf16p" is how bf16 is kept, not an option
-# of its own.)
+# f32 (the generic x86 level, whose f16 decode is slower than f32, docs/kernels-attention.md;
+# ARM64: not measured). ("bf16p" is how bf16 is kept, not an option of its own.)
 KV_TYPES = ("auto", *(t for t in CACHE_TYPES if t != "bf16p"))
 DEFAULT_KV_TYPE = "auto"
 

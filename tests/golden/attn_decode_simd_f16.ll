@@ -1,5 +1,5 @@
 ; golden: attn_decode_simd_f16: attn_decode/F32/simd@avx2[BS=32,C=4096,D=64,Dv=64,H=14,Hkv=2,kb=2,kv=f16,pf_loc=2,scale=0.125,vl=8]
-; symbol: reame_attn_decode_F32_simd_avx2_8ec776f43cf2
+; symbol: reame_attn_decode_F32_simd_avx2_6bc9fbf5e806
 ; attn_decode: grouped-query attention of each token over its own KV-cache prefix, with an
 ; online softmax (one pass over the keys, running max and sum): memory is O(G * Dv).
 ; args: [0] q: f32 [n, H, D]   [1] kc   [2] vc   [3] out: f32 [n, H, Dv]   [4] pos: i32 [n]
@@ -26,7 +26,7 @@
 ; renders this body with KIND avx2/avx512 (vcvtph2ps, FMA, exp with vscalefps).
 
 
-define void @reame_attn_decode_F32_simd_avx2_8ec776f43cf2(ptr noalias nocapture readonly %args, i32 %ith, i32 %nth) {
+define void @reame_attn_decode_F32_simd_avx2_6bc9fbf5e806(ptr noalias nocapture readonly %args, i32 %ith, i32 %nth) {
 entry:
   %arg.q = getelementptr i64, ptr %args, i64 0
   %q = load ptr, ptr %arg.q, align 8
@@ -45,10 +45,10 @@ entry:
   %arg.n = getelementptr i64, ptr %args, i64 7
   %n = load i64, ptr %arg.n, align 8
 
-  %qs = alloca float, i64 448, align 64          ; q * scale of the unit's G heads
-  %acc = alloca float, i64 448, align 64        ; running sum of e^(s - m) v per head
-  %ms = alloca float, i64 7, align 4               ; running max per head
-  %ls = alloca float, i64 7, align 4               ; running sum of e^(s - m) per head
+  %qs = alloca float, i64 1792, align 64          ; q * scale of the unit's G heads (per row)
+  %acc = alloca float, i64 1792, align 64        ; running sum of e^(s - m) v per head
+  %ms = alloca float, i64 28, align 4               ; running max per head
+  %ls = alloca float, i64 28, align 4               ; running sum of e^(s - m) per head
   %pb = alloca float, i64 16, align 64             ; one head's e^(s - m') of a block
   %kst = alloca float, i64 1024, align 64        ; staged (f32) key rows of a block
   %vst = alloca float, i64 1024, align 64       ; staged (f32) value rows
@@ -76,8 +76,8 @@ tot.end:
 unit:                                             ; unit u = (token u / Hkv, kv head u % Hkv)
   %u = phi i64 [ 0, %tot.end ], [ %un, %next ]
   %pre = phi i64 [ 0, %tot.end ], [ %pren, %next ]    ; cost of the units before u
-  %i = udiv i64 %u, 2
-  %hk = urem i64 %u, 2
+  %i = urem i64 %u, %n                            ; kv-head-major: a head's tokens in a row
+  %hk = udiv i64 %u, %n
   %ppi = getelementptr i32, ptr %pos, i64 %i
   %pi = load i32, ptr %ppi, align 4
   %pi64 = sext i32 %pi to i64
@@ -92,11 +92,56 @@ unit.mine:
   br i1 %mine, label %work, label %next
 
 work:
-  %T = add i64 %pi64, 1                           ; keys 0..pos[i]
-  %T32 = trunc i64 %T to i32
   %sqp = getelementptr i32, ptr %seq, i64 %i
   %sq = load i32, ptr %sqp, align 4
   %sq64 = sext i32 %sq to i64
+  br label %run
+
+run:                                              ; the run: tokens i .. i + ruj - 1 of this head
+  %ruj = phi i64 [ 1, %work ], [ %rujn, %run.take ]
+  %ruc = phi i64 [ %ucost, %work ], [ %rucn, %run.take ]    ; their cost
+  %ruend = add i64 %i, %ruj
+  %rufull = icmp uge i64 %ruj, 4
+  %ruout = icmp uge i64 %ruend, %n
+  %rustop = or i1 %rufull, %ruout
+  br i1 %rustop, label %run.done, label %run.chk
+
+run.chk:                                          ; token ruend: same sequence, next position, ours
+  %rusp = getelementptr i32, ptr %seq, i64 %ruend
+  %rus = load i32, ptr %rusp, align 4
+  %rusame = icmp eq i32 %rus, %sq
+  %rupp = getelementptr i32, ptr %pos, i64 %ruend
+  %rup = load i32, ptr %rupp, align 4
+  %ruprev = sub i64 %ruend, 1
+  %ruqp = getelementptr i32, ptr %pos, i64 %ruprev
+  %ruq = load i32, ptr %ruqp, align 4
+  %ruq1 = add i32 %ruq, 1
+  %runext = icmp eq i32 %rup, %ruq1
+  %rupre = add i64 %pre, %ruc                       ; cost of the units before it
+  %ruown0 = mul i64 %rupre, %nth64
+  %ruown = udiv i64 %ruown0, %total
+  %rumine = icmp eq i64 %ruown, %ith64
+  %ruok0 = and i1 %rusame, %runext
+  %ruok = and i1 %ruok0, %rumine
+  br i1 %ruok, label %run.take, label %run.done
+
+run.take:
+  %rup64 = sext i32 %rup to i64
+  %rucost = add i64 %rup64, 33
+  %rucn = add i64 %ruc, %rucost
+  %rujn = add i64 %ruj, 1
+  br label %run
+
+run.done:
+  %rurn = phi i64 [ %ruj, %run ], [ %ruj, %run.chk ]
+  %rurc = phi i64 [ %ruc, %run ], [ %ruc, %run.chk ]
+  %rulast = add i64 %i, %rurn
+  %rulast1 = sub i64 %rulast, 1
+  %rulp = getelementptr i32, ptr %pos, i64 %rulast1
+  %rulpos = load i32, ptr %rulp, align 4
+  %rulpos64 = sext i32 %rulpos to i64
+  %T = add i64 %rulpos64, 1                        ; the run's keys 0..its last position
+  %T32 = trunc i64 %T to i32
   %btoff = mul i64 %sq64, 128
   %btrow = getelementptr i32, ptr %bt, i64 %btoff  ; the sequence's block table row
   %h0 = mul i64 %hk, 7
@@ -105,8 +150,12 @@ work:
   br label %init
 
 init:                                             ; per query head: q * scale, state = empty
-  %ig = phi i64 [ 0, %work ], [ %ign, %init ]
-  %iqr = add i64 %qrow, %ig
+  %ig = phi i64 [ 0, %run.done ], [ %ign, %init ]     ; row ig / G of the run, head ig % G
+  %igr = udiv i64 %ig, 7
+  %igh = urem i64 %ig, 7
+  %igrow = mul i64 %igr, 14
+  %igq = add i64 %qrow, %igrow
+  %iqr = add i64 %igq, %igh
   %iqo = mul i64 %iqr, 64
   %iqp = getelementptr float, ptr %q, i64 %iqo
   %isqo = mul i64 %ig, 64
@@ -174,7 +223,8 @@ init:                                             ; per query head: q * scale, s
   %ilp = getelementptr float, ptr %ls, i64 %ig
   store float 0.0, ptr %ilp, align 4
   %ign = add i64 %ig, 1
-  %igm = icmp ult i64 %ign, 7
+  %ngs = mul i64 %rurn, 7
+  %igm = icmp ult i64 %ign, %ngs
   br i1 %igm, label %init, label %blocks
 
 blocks:
@@ -348,12 +398,8 @@ body:
   %t0v = shufflevector <8 x i32> %t0v0, <8 x i32> poison, <8 x i32> zeroinitializer
   %idx0 = add <8 x i32> %tsv, <i32 0, i32 1, i32 2, i32 3, i32 4, i32 5, i32 6, i32 7>
   %vlo0 = icmp sge <8 x i32> %idx0, %t0v
-  %vhi0 = icmp slt <8 x i32> %idx0, %Tv
-  %valid0 = and <8 x i1> %vlo0, %vhi0
   %idx1 = add <8 x i32> %tsv, <i32 8, i32 9, i32 10, i32 11, i32 12, i32 13, i32 14, i32 15>
   %vlo1 = icmp sge <8 x i32> %idx1, %t0v
-  %vhi1 = icmp slt <8 x i32> %idx1, %Tv
-  %valid1 = and <8 x i1> %vlo1, %vhi1
   %pft = add i64 %ts, 16                    ; prefetch the next block's rows
   %pftc = icmp ult i64 %pft, %Tm1
   %pftl = select i1 %pftc, i64 %pft, i64 %Tm1     ; (the table holds no block past T - 1)
@@ -412,11 +458,32 @@ pfv:
   br i1 %pfvm, label %pfv, label %pfv.end
 
 pfv.end:
+  br label %row
+
+row:                                              ; each row of the run whose keys reach block b
+  %ri = phi i64 [ 0, %pfv.end ], [ %rin, %row.next ]
+  %rtok = add i64 %i, %ri
+  %rpp = getelementptr i32, ptr %pos, i64 %rtok
+  %rp = load i32, ptr %rpp, align 4
+  %rT32 = add i32 %rp, 1                          ; its keys 0..pos
+  %rT = sext i32 %rT32 to i64
+  %rlive = icmp ult i64 %t0, %rT                  ; (its own kernel's blocks: b < ceil(T / BK))
+  br i1 %rlive, label %row.body, label %row.next
+
+row.body:
+  %rTv0 = insertelement <8 x i32> poison, i32 %rT32, i64 0
+  %rTv = shufflevector <8 x i32> %rTv0, <8 x i32> poison, <8 x i32> zeroinitializer
+  %vhi0 = icmp slt <8 x i32> %idx0, %rTv
+  %valid0 = and <8 x i1> %vlo0, %vhi0
+  %vhi1 = icmp slt <8 x i32> %idx1, %rTv
+  %valid1 = and <8 x i1> %vlo1, %vhi1
+  %rbase = mul i64 %ri, 7
   br label %head
 
 head:                                             ; one query head: scores, softmax update, PV
-  %g = phi i64 [ 0, %pfv.end ], [ %gn, %head ]
-  %gqo = mul i64 %g, 64
+  %g = phi i64 [ 0, %row.body ], [ %gn, %head ]
+  %gst = add i64 %rbase, %g                       ; the row's head's state
+  %gqo = mul i64 %gst, 64
   %gq = getelementptr float, ptr %qs, i64 %gqo
   %q0p = getelementptr float, ptr %gq, i64 0
   %q0 = load <8 x float>, ptr %q0p, align 4
@@ -882,7 +949,7 @@ head:                                             ; one query head: scores, soft
   %bmax.s2 = select <1 x i1> %bmax.g2, <1 x float> %bmax.l2, <1 x float> %bmax.h2
   %bmax = extractelement <1 x float> %bmax.s2, i64 0
 
-  %gmp = getelementptr float, ptr %ms, i64 %g
+  %gmp = getelementptr float, ptr %ms, i64 %gst
   %mo = load float, ptr %gmp, align 4
   %mgt = fcmp ogt float %bmax, %mo
   %mn = select i1 %mgt, float %bmax, float %mo
@@ -985,13 +1052,13 @@ head:                                             ; one query head: scores, soft
   %psum.s2 = fadd <1 x float> %psum.l2, %psum.h2
   %psum = extractelement <1 x float> %psum.s2, i64 0
 
-  %glp = getelementptr float, ptr %ls, i64 %g
+  %glp = getelementptr float, ptr %ls, i64 %gst
   %lo = load float, ptr %glp, align 4
   %ln = call float @llvm.fmuladd.f32(float %lo, float %corr, float %psum)
   store float %ln, ptr %glp, align 4
   %cv0 = insertelement <8 x float> poison, float %corr, i64 0
   %cv = shufflevector <8 x float> %cv0, <8 x float> poison, <8 x i32> zeroinitializer
-  %gao = mul i64 %g, 64
+  %gao = mul i64 %gst, 64
   %ga = getelementptr float, ptr %acc, i64 %gao
   %a0p = getelementptr float, ptr %ga, i64 0
   %a0o = load <8 x float>, ptr %a0p, align 4
@@ -1475,7 +1542,12 @@ head:                                             ; one query head: scores, soft
   store <8 x float> %a7_15, ptr %a7p, align 4
   %gn = add i64 %g, 1
   %gm = icmp ult i64 %gn, 7
-  br i1 %gm, label %head, label %blk.next
+  br i1 %gm, label %head, label %row.next
+
+row.next:
+  %rin = add i64 %ri, 1
+  %rm = icmp ult i64 %rin, %rurn
+  br i1 %rm, label %row, label %blk.next
 
 blk.next:
   %bn = add i64 %b, 1
@@ -1491,7 +1563,11 @@ fin:                                              ; out = acc / l per query head
   %fiv = shufflevector <8 x float> %fiv0, <8 x float> poison, <8 x i32> zeroinitializer
   %fao = mul i64 %fg, 64
   %fap = getelementptr float, ptr %acc, i64 %fao
-  %for = add i64 %qrow, %fg
+  %fgr = udiv i64 %fg, 7                    ; row fg / G of the run, head fg % G
+  %fgh = urem i64 %fg, 7
+  %fgrow = mul i64 %fgr, 14
+  %fgq = add i64 %qrow, %fgrow
+  %for = add i64 %fgq, %fgh
   %foo = mul i64 %for, 64
   %fop = getelementptr float, ptr %out, i64 %foo
   %fa0p = getelementptr float, ptr %fap, i64 0
@@ -1535,12 +1611,14 @@ fin:                                              ; out = acc / l per query head
   %fo7p = getelementptr float, ptr %fop, i64 56
   store <8 x float> %fr7, ptr %fo7p, align 4
   %fgn = add i64 %fg, 1
-  %fgm = icmp ult i64 %fgn, 7
+  %fgm = icmp ult i64 %fgn, %ngs
   br i1 %fgm, label %fin, label %next
 
 next:
-  %pren = add i64 %pre, %ucost
-  %un = add i64 %u, 1
+  %ncost = phi i64 [ %ucost, %unit.mine ], [ %rurc, %fin ]     ; the units done: one, or the run
+  %nrows = phi i64 [ 1, %unit.mine ], [ %rurn, %fin ]
+  %pren = add i64 %pre, %ncost
+  %un = add i64 %u, %nrows
   %units = mul i64 %n, 2
   %um = icmp ult i64 %un, %units
   br i1 %um, label %unit, label %done

@@ -18,10 +18,11 @@ LLAMA_SWA_TYPE_STANDARD); the key loop starts at the block holding key max(0, po
 each score becomes softcap * tanh(scale q.k / softcap) before masking and softmax, tanh(x) =
 1 - 2 / (e^2x + 1) with our exp (+-1 exactly for large |x|).
 Threading: units (token, kv head) in contiguous ranges of equal estimated cost (keys + 32).
-Over a paged f16 cache without a window (every block staged, widened, on the stack) the units run
-kv-head-major and a unit takes in the following units of the same sequence its thread owns (a
-verify step's rows, up to min(8, 32 / G)): each block is staged once for the run and each row
-updates its own heads with its own mask, the bits of the row alone.
+Over a paged cache without a window the units run kv-head-major and a unit takes in the following
+units of the same sequence its thread owns (a verify step's rows, up to min(8, 32 / G)): each
+block is staged once for the run (f16: always staged, widened; f32: copied for runs of two or
+more rows, a lone row reads in place) and each row updates its own heads with its own mask, the
+bits of the row alone.
 Tiles: vl (keys per score vector = lanes), kb (score vectors per key block), pf_loc
 (software prefetch of the next block's K/V rows, the keys coming from DRAM at long contexts: its
 locality hint, 2 = prefetcht1 (into L2), 3 = prefetcht0, 0 = off; the panels' key, so one name

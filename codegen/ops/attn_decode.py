@@ -18,8 +18,9 @@ LLAMA_SWA_TYPE_STANDARD); the key loop starts at the block holding key max(0, po
 each score becomes softcap * tanh(scale q.k / softcap) before masking and softmax, tanh(x) =
 1 - 2 / (e^2x + 1) with our exp (+-1 exactly for large |x|).
 Threading: units (token, kv head) in contiguous ranges of equal estimated cost (keys + 32).
-Over a paged cache without a window the units run kv-head-major and a unit takes in the following
-units of the same sequence its thread owns (a verify step's rows, up to min(8, 32 / G)): each
+Over a paged cache without a window, in a step holding runs (a token following its sequence's
+previous one) the units run kv-head-major and a unit takes in the following units of the same
+sequence its thread owns (a verify step's rows, up to min(8, 32 / G)): each
 block is staged once for the run (f16: always staged, widened; f32: copied for runs of two or
 more rows, a lone row reads in place) and each row updates its own heads with its own mask, the
 bits of the row alone.

@@ -1,5 +1,5 @@
 ; golden: attn_decode_simd_f16: attn_decode/F32/simd@avx2[BS=32,C=4096,D=64,Dv=64,H=14,Hkv=2,kb=2,kv=f16,pf_loc=2,scale=0.125,vl=8]
-; symbol: reame_attn_decode_F32_simd_avx2_6bc9fbf5e806
+; symbol: reame_attn_decode_F32_simd_avx2_3e718e8ea929
 ; attn_decode: grouped-query attention of each token over its own KV-cache prefix, with an
 ; online softmax (one pass over the keys, running max and sum): memory is O(G * Dv).
 ; args: [0] q: f32 [n, H, D]   [1] kc   [2] vc   [3] out: f32 [n, H, Dv]   [4] pos: i32 [n]
@@ -26,7 +26,7 @@
 ; renders this body with KIND avx2/avx512 (vcvtph2ps, FMA, exp with vscalefps).
 
 
-define void @reame_attn_decode_F32_simd_avx2_6bc9fbf5e806(ptr noalias nocapture readonly %args, i32 %ith, i32 %nth) {
+define void @reame_attn_decode_F32_simd_avx2_3e718e8ea929(ptr noalias nocapture readonly %args, i32 %ith, i32 %nth) {
 entry:
   %arg.q = getelementptr i64, ptr %args, i64 0
   %q = load ptr, ptr %arg.q, align 8
@@ -60,11 +60,21 @@ entry:
 tot:                                              ; total cost: sum over tokens of pos + 1 + OV
   %tt = phi i64 [ 0, %entry ], [ %ttn, %tot ]
   %tc = phi i64 [ 0, %entry ], [ %tcn, %tot ]
+  %tprs = phi i32 [ -1, %entry ], [ %tsq, %tot ]  ; the previous token's sequence and position
+  %tprp = phi i32 [ -2, %entry ], [ %tp, %tot ]
+  %trun = phi i1 [ false, %entry ], [ %trunn, %tot ]
   %tpp = getelementptr i32, ptr %pos, i64 %tt
   %tp = load i32, ptr %tpp, align 4
   %tp64 = sext i32 %tp to i64
   %tcost = add i64 %tp64, 33
   %tcn = add i64 %tc, %tcost
+  %tsqp = getelementptr i32, ptr %seq, i64 %tt    ; does a token follow its sequence's previous
+  %tsq = load i32, ptr %tsqp, align 4             ; one (a verify step's rows)?
+  %tsame = icmp eq i32 %tsq, %tprs
+  %tprp1 = add i32 %tprp, 1
+  %tnext = icmp eq i32 %tp, %tprp1
+  %tpair = and i1 %tsame, %tnext
+  %trunn = or i1 %trun, %tpair
   %ttn = add i64 %tt, 1
   %tmore = icmp ult i64 %ttn, %n
   br i1 %tmore, label %tot, label %tot.end
@@ -76,8 +86,15 @@ tot.end:
 unit:                                             ; unit u = (token u / Hkv, kv head u % Hkv)
   %u = phi i64 [ 0, %tot.end ], [ %un, %next ]
   %pre = phi i64 [ 0, %tot.end ], [ %pren, %next ]    ; cost of the units before u
-  %i = urem i64 %u, %n                            ; kv-head-major: a head's tokens in a row
-  %hk = udiv i64 %u, %n
+  ; kv-head-major (a head's tokens in a row) when the step has runs to share blocks; else
+  ; token-major, whose units read a sequence's heads' rows of a block one after the other
+  ; (an f32 decode step of 16 sequences: ~5% less attention time than kv-head-major)
+  %ihm = urem i64 %u, %n
+  %hhm = udiv i64 %u, %n
+  %itm = udiv i64 %u, 2
+  %htm = urem i64 %u, 2
+  %i = select i1 %trunn, i64 %ihm, i64 %itm
+  %hk = select i1 %trunn, i64 %hhm, i64 %htm
   %ppi = getelementptr i32, ptr %pos, i64 %i
   %pi = load i32, ptr %ppi, align 4
   %pi64 = sext i32 %pi to i64

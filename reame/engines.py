@@ -68,7 +68,7 @@ def kv_type_for(model_config, kv_type: str = DEFAULT_KV_TYPE, engine: str = DEFA
         if (act_type or DEFAULT_ACT_TYPE[engine]) != "q8" or attn_type in ("f32", "invariant"):
             return "f32"                    # f32 numerics asked for
         if why:                             # no bf16 attention here: halves where F16C reads them
-            return "f16" if isa.arch == "x86_64" and isa.level != "generic" else "f32"
+            return "f16" if isa.has("avx2") else "f32"
     return layout
 
 

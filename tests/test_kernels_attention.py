@@ -632,6 +632,44 @@ def test_attn_decode_row_bits_do_not_depend_on_the_batch(level, kv):
                         f"{spec.label()} nth {nth}: row {i} (pos {p})"
 
 
+@pytest.mark.parametrize("kv", ["f32", "f16"])
+@pytest.mark.parametrize("level", LEVELS)
+def test_attn_decode_shared_rows_keep_each_heads_bits(level, kv):
+    """Where a unit's G heads share each key and value row they load (the default, tile share = 1:
+    every head's scores from one pass over a block's keys, every head's P.V from one pass over
+    its values, where their vectors fit the registers), each output is bit for bit the per-head
+    loop's (share = 0): paged and contiguous caches, a verify step's runs, a window and
+    soft-capping, 1 and 2 threads; and at the AVX-512 levels the shared passes are rendered.
+    Catches a head reading another head's scores, weights or rescaling factor, P.V accumulated
+    in another order than the per-head loop's (keys in order, two alternating sums), and a
+    score tree combining its nodes in another order."""
+    from reame.codegen.spec import render
+    op, isa = get_op("attn_decode"), _isa(level)
+    pos = list(range(150, 158)) + [3, 200, 255]
+    seqs = [0] * 8 + [1, 2, 1]
+    shared = 0
+    for H, Hkv, D, extra in ((9, 3, 64, {}), (14, 2, 64, {}), (4, 2, 64, {}), (6, 2, 32, {}),
+                             (9, 3, 64, {"BS": 0}), (9, 3, 64, {"swa": 40}),
+                             (9, 3, 64, {"softcap": 30.0})):
+        dims = dict(H=H, Hkv=Hkv, D=D, Dv=D, C=256, BS=64, kv=kv, scale=1 / math.sqrt(D))
+        for spec in op.specs("F32", isa, **{**dims, **extra}):
+            alone = spec.with_params(share=0)
+            shared += render(spec, isa)[1] != render(alone, isa)[1]
+            k, k0 = build(spec, isa), build(alone, isa)
+            case = make_attention_case(op, spec, np.random.default_rng(7), len(pos),
+                                       positions=pos, seq_ids=seqs)
+            for nth in (1, 2):
+                case.buffers["out"][:] = np.nan
+                k0.run_threads(case.args, nth)
+                want = case.buffers["out"].copy()
+                case.buffers["out"][:] = np.nan
+                k.run_threads(case.args, nth)
+                assert np.array_equal(case.buffers["out"], want, equal_nan=True), \
+                    f"{spec.label()} nth {nth}"
+    if isa.f32_lanes >= 16:
+        assert shared, "no spec rendered the shared passes"
+
+
 def test_attn_decode_bf16dp_refuses():
     """bf16dp is dtype BF16 over the pair layout only; the f32 families never take a bf16p cache
     and attn_prefill takes none (every row of a bf16p engine runs bf16dp); windows, caps, an

@@ -1,5 +1,5 @@
 ; golden: attn_decode_simd_f16: attn_decode/F32/simd@avx2[BS=32,C=4096,D=64,Dv=64,H=14,Hkv=2,kb=2,kv=f16,pf_loc=2,scale=0.125,vl=8]
-; symbol: reame_attn_decode_F32_simd_avx2_3e718e8ea929
+; symbol: reame_attn_decode_F32_simd_avx2_1f453a122aff
 ; attn_decode: grouped-query attention of each token over its own KV-cache prefix, with an
 ; online softmax (one pass over the keys, running max and sum): memory is O(G * Dv).
 ; args: [0] q: f32 [n, H, D]   [1] kc   [2] vc   [3] out: f32 [n, H, Dv]   [4] pos: i32 [n]
@@ -26,7 +26,7 @@
 ; renders this body with KIND avx2/avx512 (vcvtph2ps, FMA, exp with vscalefps).
 
 
-define void @reame_attn_decode_F32_simd_avx2_3e718e8ea929(ptr noalias nocapture readonly %args, i32 %ith, i32 %nth) {
+define void @reame_attn_decode_F32_simd_avx2_1f453a122aff(ptr noalias nocapture readonly %args, i32 %ith, i32 %nth) {
 entry:
   %arg.q = getelementptr i64, ptr %args, i64 0
   %q = load ptr, ptr %arg.q, align 8
@@ -49,7 +49,7 @@ entry:
   %acc = alloca float, i64 1792, align 64        ; running sum of e^(s - m) v per head
   %ms = alloca float, i64 28, align 4               ; running max per head
   %ls = alloca float, i64 28, align 4               ; running sum of e^(s - m) per head
-  %pb = alloca float, i64 16, align 64             ; one head's e^(s - m') of a block
+  %pb = alloca float, i64 16, align 64             ; e^(s - m') of a block (one per head when P.V is shared)
   %kst = alloca float, i64 1024, align 64        ; staged (f32) key rows of a block
   %vst = alloca float, i64 1024, align 64       ; staged (f32) value rows
   %ith64 = sext i32 %ith to i64

@@ -24,6 +24,10 @@ sequence its thread owns (a verify step's rows, up to min(8, 32 / G)): each
 block is staged once for the run (f16: always staged, widened; f32: copied for runs of two or
 more rows, a lone row reads in place) and each row updates its own heads with its own mask, the
 bits of the row alone.
+Per block, the G heads share each key and value row they load where their vectors fit the
+registers: one pass over the keys gives every head's scores, one over the values every head's
+P.V, each head's operations in the order of the per-head loop (the same bits; tile `share` = 0
+renders the per-head loop alone).
 Tiles: vl (keys per score vector = lanes), kb (score vectors per key block), pf_loc
 (software prefetch of the next block's K/V rows, the keys coming from DRAM at long contexts: its
 locality hint, 2 = prefetcht1 (into L2), 3 = prefetcht0, 0 = off; the panels' key, so one name

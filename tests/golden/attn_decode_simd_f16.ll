@@ -1,5 +1,5 @@
 ; golden: attn_decode_simd_f16: attn_decode/F32/simd@avx2[BS=32,C=4096,D=64,Dv=64,H=14,Hkv=2,kb=2,kv=f16,pf_loc=2,scale=0.125,vl=8]
-; symbol: reame_attn_decode_F32_simd_avx2_1f453a122aff
+; symbol: reame_attn_decode_F32_simd_avx2_e04921c34271
 ; attn_decode: grouped-query attention of each token over its own KV-cache prefix, with an
 ; online softmax (one pass over the keys, running max and sum): memory is O(G * Dv).
 ; args: [0] q: f32 [n, H, D]   [1] kc   [2] vc   [3] out: f32 [n, H, Dv]   [4] pos: i32 [n]
@@ -26,7 +26,7 @@
 ; renders this body with KIND avx2/avx512 (vcvtph2ps, FMA, exp with vscalefps).
 
 
-define void @reame_attn_decode_F32_simd_avx2_1f453a122aff(ptr noalias nocapture readonly %args, i32 %ith, i32 %nth) {
+define void @reame_attn_decode_F32_simd_avx2_e04921c34271(ptr noalias nocapture readonly %args, i32 %ith, i32 %nth) {
 entry:
   %arg.q = getelementptr i64, ptr %args, i64 0
   %q = load ptr, ptr %arg.q, align 8
@@ -710,27 +710,34 @@ head:                                             ; one query head: scores, soft
   %k7p7 = getelementptr float, ptr %kblk, i64 504
   %k7v7 = load <8 x float>, ptr %k7p7, align 4
   %k7a7 = call <8 x float> @llvm.fmuladd.v8f32(<8 x float> %q7, <8 x float> %k7v7, <8 x float> %k7a6)
-  %sr0.a0_0 = shufflevector <8 x float> %k0a7, <8 x float> %k1a7, <8 x i32> <i32 0, i32 1, i32 2, i32 3, i32 8, i32 9, i32 10, i32 11>
-  %sr0.b0_0 = shufflevector <8 x float> %k0a7, <8 x float> %k1a7, <8 x i32> <i32 4, i32 5, i32 6, i32 7, i32 12, i32 13, i32 14, i32 15>
-  %sr0.s0_0 = fadd <8 x float> %sr0.a0_0, %sr0.b0_0
-  %sr0.a0_1 = shufflevector <8 x float> %k2a7, <8 x float> %k3a7, <8 x i32> <i32 0, i32 1, i32 2, i32 3, i32 8, i32 9, i32 10, i32 11>
-  %sr0.b0_1 = shufflevector <8 x float> %k2a7, <8 x float> %k3a7, <8 x i32> <i32 4, i32 5, i32 6, i32 7, i32 12, i32 13, i32 14, i32 15>
-  %sr0.s0_1 = fadd <8 x float> %sr0.a0_1, %sr0.b0_1
-  %sr0.a0_2 = shufflevector <8 x float> %k4a7, <8 x float> %k5a7, <8 x i32> <i32 0, i32 1, i32 2, i32 3, i32 8, i32 9, i32 10, i32 11>
-  %sr0.b0_2 = shufflevector <8 x float> %k4a7, <8 x float> %k5a7, <8 x i32> <i32 4, i32 5, i32 6, i32 7, i32 12, i32 13, i32 14, i32 15>
-  %sr0.s0_2 = fadd <8 x float> %sr0.a0_2, %sr0.b0_2
-  %sr0.a0_3 = shufflevector <8 x float> %k6a7, <8 x float> %k7a7, <8 x i32> <i32 0, i32 1, i32 2, i32 3, i32 8, i32 9, i32 10, i32 11>
-  %sr0.b0_3 = shufflevector <8 x float> %k6a7, <8 x float> %k7a7, <8 x i32> <i32 4, i32 5, i32 6, i32 7, i32 12, i32 13, i32 14, i32 15>
-  %sr0.s0_3 = fadd <8 x float> %sr0.a0_3, %sr0.b0_3
-  %sr0.a1_0 = shufflevector <8 x float> %sr0.s0_0, <8 x float> %sr0.s0_1, <8 x i32> <i32 0, i32 1, i32 4, i32 5, i32 8, i32 9, i32 12, i32 13>
-  %sr0.b1_0 = shufflevector <8 x float> %sr0.s0_0, <8 x float> %sr0.s0_1, <8 x i32> <i32 2, i32 3, i32 6, i32 7, i32 10, i32 11, i32 14, i32 15>
-  %sr0.s1_0 = fadd <8 x float> %sr0.a1_0, %sr0.b1_0
-  %sr0.a1_1 = shufflevector <8 x float> %sr0.s0_2, <8 x float> %sr0.s0_3, <8 x i32> <i32 0, i32 1, i32 4, i32 5, i32 8, i32 9, i32 12, i32 13>
-  %sr0.b1_1 = shufflevector <8 x float> %sr0.s0_2, <8 x float> %sr0.s0_3, <8 x i32> <i32 2, i32 3, i32 6, i32 7, i32 10, i32 11, i32 14, i32 15>
-  %sr0.s1_1 = fadd <8 x float> %sr0.a1_1, %sr0.b1_1
-  %sr0.a2_0 = shufflevector <8 x float> %sr0.s1_0, <8 x float> %sr0.s1_1, <8 x i32> <i32 0, i32 2, i32 4, i32 6, i32 8, i32 10, i32 12, i32 14>
-  %sr0.b2_0 = shufflevector <8 x float> %sr0.s1_0, <8 x float> %sr0.s1_1, <8 x i32> <i32 1, i32 3, i32 5, i32 7, i32 9, i32 11, i32 13, i32 15>
-  %sr0.s2_0 = fadd <8 x float> %sr0.a2_0, %sr0.b2_0
+  %sr0.s0_0.a = shufflevector <8 x float> %k0a7, <8 x float> %k1a7, <8 x i32> <i32 0, i32 1, i32 2, i32 3, i32 8, i32 9, i32 10, i32 11>
+  %sr0.s0_0.b = shufflevector <8 x float> %k0a7, <8 x float> %k1a7, <8 x i32> <i32 4, i32 5, i32 6, i32 7, i32 12, i32 13, i32 14, i32 15>
+  %sr0.s0_0 = fadd <8 x float> %sr0.s0_0.a, %sr0.s0_0.b
+
+  %sr0.s0_1.a = shufflevector <8 x float> %k2a7, <8 x float> %k3a7, <8 x i32> <i32 0, i32 1, i32 2, i32 3, i32 8, i32 9, i32 10, i32 11>
+  %sr0.s0_1.b = shufflevector <8 x float> %k2a7, <8 x float> %k3a7, <8 x i32> <i32 4, i32 5, i32 6, i32 7, i32 12, i32 13, i32 14, i32 15>
+  %sr0.s0_1 = fadd <8 x float> %sr0.s0_1.a, %sr0.s0_1.b
+
+  %sr0.s0_2.a = shufflevector <8 x float> %k4a7, <8 x float> %k5a7, <8 x i32> <i32 0, i32 1, i32 2, i32 3, i32 8, i32 9, i32 10, i32 11>
+  %sr0.s0_2.b = shufflevector <8 x float> %k4a7, <8 x float> %k5a7, <8 x i32> <i32 4, i32 5, i32 6, i32 7, i32 12, i32 13, i32 14, i32 15>
+  %sr0.s0_2 = fadd <8 x float> %sr0.s0_2.a, %sr0.s0_2.b
+
+  %sr0.s0_3.a = shufflevector <8 x float> %k6a7, <8 x float> %k7a7, <8 x i32> <i32 0, i32 1, i32 2, i32 3, i32 8, i32 9, i32 10, i32 11>
+  %sr0.s0_3.b = shufflevector <8 x float> %k6a7, <8 x float> %k7a7, <8 x i32> <i32 4, i32 5, i32 6, i32 7, i32 12, i32 13, i32 14, i32 15>
+  %sr0.s0_3 = fadd <8 x float> %sr0.s0_3.a, %sr0.s0_3.b
+
+  %sr0.s1_0.a = shufflevector <8 x float> %sr0.s0_0, <8 x float> %sr0.s0_1, <8 x i32> <i32 0, i32 1, i32 4, i32 5, i32 8, i32 9, i32 12, i32 13>
+  %sr0.s1_0.b = shufflevector <8 x float> %sr0.s0_0, <8 x float> %sr0.s0_1, <8 x i32> <i32 2, i32 3, i32 6, i32 7, i32 10, i32 11, i32 14, i32 15>
+  %sr0.s1_0 = fadd <8 x float> %sr0.s1_0.a, %sr0.s1_0.b
+
+  %sr0.s1_1.a = shufflevector <8 x float> %sr0.s0_2, <8 x float> %sr0.s0_3, <8 x i32> <i32 0, i32 1, i32 4, i32 5, i32 8, i32 9, i32 12, i32 13>
+  %sr0.s1_1.b = shufflevector <8 x float> %sr0.s0_2, <8 x float> %sr0.s0_3, <8 x i32> <i32 2, i32 3, i32 6, i32 7, i32 10, i32 11, i32 14, i32 15>
+  %sr0.s1_1 = fadd <8 x float> %sr0.s1_1.a, %sr0.s1_1.b
+
+  %sr0.s2_0.a = shufflevector <8 x float> %sr0.s1_0, <8 x float> %sr0.s1_1, <8 x i32> <i32 0, i32 2, i32 4, i32 6, i32 8, i32 10, i32 12, i32 14>
+  %sr0.s2_0.b = shufflevector <8 x float> %sr0.s1_0, <8 x float> %sr0.s1_1, <8 x i32> <i32 1, i32 3, i32 5, i32 7, i32 9, i32 11, i32 13, i32 15>
+  %sr0.s2_0 = fadd <8 x float> %sr0.s2_0.a, %sr0.s2_0.b
+
   %sr0 = fadd <8 x float> %sr0.s2_0, zeroinitializer
 
   %s0 = select <8 x i1> %valid0, <8 x float> %sr0, <8 x float> splat (float 0xFFF0000000000000)
@@ -926,27 +933,34 @@ head:                                             ; one query head: scores, soft
   %k15p7 = getelementptr float, ptr %kblk, i64 1016
   %k15v7 = load <8 x float>, ptr %k15p7, align 4
   %k15a7 = call <8 x float> @llvm.fmuladd.v8f32(<8 x float> %q7, <8 x float> %k15v7, <8 x float> %k15a6)
-  %sr1.a0_0 = shufflevector <8 x float> %k8a7, <8 x float> %k9a7, <8 x i32> <i32 0, i32 1, i32 2, i32 3, i32 8, i32 9, i32 10, i32 11>
-  %sr1.b0_0 = shufflevector <8 x float> %k8a7, <8 x float> %k9a7, <8 x i32> <i32 4, i32 5, i32 6, i32 7, i32 12, i32 13, i32 14, i32 15>
-  %sr1.s0_0 = fadd <8 x float> %sr1.a0_0, %sr1.b0_0
-  %sr1.a0_1 = shufflevector <8 x float> %k10a7, <8 x float> %k11a7, <8 x i32> <i32 0, i32 1, i32 2, i32 3, i32 8, i32 9, i32 10, i32 11>
-  %sr1.b0_1 = shufflevector <8 x float> %k10a7, <8 x float> %k11a7, <8 x i32> <i32 4, i32 5, i32 6, i32 7, i32 12, i32 13, i32 14, i32 15>
-  %sr1.s0_1 = fadd <8 x float> %sr1.a0_1, %sr1.b0_1
-  %sr1.a0_2 = shufflevector <8 x float> %k12a7, <8 x float> %k13a7, <8 x i32> <i32 0, i32 1, i32 2, i32 3, i32 8, i32 9, i32 10, i32 11>
-  %sr1.b0_2 = shufflevector <8 x float> %k12a7, <8 x float> %k13a7, <8 x i32> <i32 4, i32 5, i32 6, i32 7, i32 12, i32 13, i32 14, i32 15>
-  %sr1.s0_2 = fadd <8 x float> %sr1.a0_2, %sr1.b0_2
-  %sr1.a0_3 = shufflevector <8 x float> %k14a7, <8 x float> %k15a7, <8 x i32> <i32 0, i32 1, i32 2, i32 3, i32 8, i32 9, i32 10, i32 11>
-  %sr1.b0_3 = shufflevector <8 x float> %k14a7, <8 x float> %k15a7, <8 x i32> <i32 4, i32 5, i32 6, i32 7, i32 12, i32 13, i32 14, i32 15>
-  %sr1.s0_3 = fadd <8 x float> %sr1.a0_3, %sr1.b0_3
-  %sr1.a1_0 = shufflevector <8 x float> %sr1.s0_0, <8 x float> %sr1.s0_1, <8 x i32> <i32 0, i32 1, i32 4, i32 5, i32 8, i32 9, i32 12, i32 13>
-  %sr1.b1_0 = shufflevector <8 x float> %sr1.s0_0, <8 x float> %sr1.s0_1, <8 x i32> <i32 2, i32 3, i32 6, i32 7, i32 10, i32 11, i32 14, i32 15>
-  %sr1.s1_0 = fadd <8 x float> %sr1.a1_0, %sr1.b1_0
-  %sr1.a1_1 = shufflevector <8 x float> %sr1.s0_2, <8 x float> %sr1.s0_3, <8 x i32> <i32 0, i32 1, i32 4, i32 5, i32 8, i32 9, i32 12, i32 13>
-  %sr1.b1_1 = shufflevector <8 x float> %sr1.s0_2, <8 x float> %sr1.s0_3, <8 x i32> <i32 2, i32 3, i32 6, i32 7, i32 10, i32 11, i32 14, i32 15>
-  %sr1.s1_1 = fadd <8 x float> %sr1.a1_1, %sr1.b1_1
-  %sr1.a2_0 = shufflevector <8 x float> %sr1.s1_0, <8 x float> %sr1.s1_1, <8 x i32> <i32 0, i32 2, i32 4, i32 6, i32 8, i32 10, i32 12, i32 14>
-  %sr1.b2_0 = shufflevector <8 x float> %sr1.s1_0, <8 x float> %sr1.s1_1, <8 x i32> <i32 1, i32 3, i32 5, i32 7, i32 9, i32 11, i32 13, i32 15>
-  %sr1.s2_0 = fadd <8 x float> %sr1.a2_0, %sr1.b2_0
+  %sr1.s0_0.a = shufflevector <8 x float> %k8a7, <8 x float> %k9a7, <8 x i32> <i32 0, i32 1, i32 2, i32 3, i32 8, i32 9, i32 10, i32 11>
+  %sr1.s0_0.b = shufflevector <8 x float> %k8a7, <8 x float> %k9a7, <8 x i32> <i32 4, i32 5, i32 6, i32 7, i32 12, i32 13, i32 14, i32 15>
+  %sr1.s0_0 = fadd <8 x float> %sr1.s0_0.a, %sr1.s0_0.b
+
+  %sr1.s0_1.a = shufflevector <8 x float> %k10a7, <8 x float> %k11a7, <8 x i32> <i32 0, i32 1, i32 2, i32 3, i32 8, i32 9, i32 10, i32 11>
+  %sr1.s0_1.b = shufflevector <8 x float> %k10a7, <8 x float> %k11a7, <8 x i32> <i32 4, i32 5, i32 6, i32 7, i32 12, i32 13, i32 14, i32 15>
+  %sr1.s0_1 = fadd <8 x float> %sr1.s0_1.a, %sr1.s0_1.b
+
+  %sr1.s0_2.a = shufflevector <8 x float> %k12a7, <8 x float> %k13a7, <8 x i32> <i32 0, i32 1, i32 2, i32 3, i32 8, i32 9, i32 10, i32 11>
+  %sr1.s0_2.b = shufflevector <8 x float> %k12a7, <8 x float> %k13a7, <8 x i32> <i32 4, i32 5, i32 6, i32 7, i32 12, i32 13, i32 14, i32 15>
+  %sr1.s0_2 = fadd <8 x float> %sr1.s0_2.a, %sr1.s0_2.b
+
+  %sr1.s0_3.a = shufflevector <8 x float> %k14a7, <8 x float> %k15a7, <8 x i32> <i32 0, i32 1, i32 2, i32 3, i32 8, i32 9, i32 10, i32 11>
+  %sr1.s0_3.b = shufflevector <8 x float> %k14a7, <8 x float> %k15a7, <8 x i32> <i32 4, i32 5, i32 6, i32 7, i32 12, i32 13, i32 14, i32 15>
+  %sr1.s0_3 = fadd <8 x float> %sr1.s0_3.a, %sr1.s0_3.b
+
+  %sr1.s1_0.a = shufflevector <8 x float> %sr1.s0_0, <8 x float> %sr1.s0_1, <8 x i32> <i32 0, i32 1, i32 4, i32 5, i32 8, i32 9, i32 12, i32 13>
+  %sr1.s1_0.b = shufflevector <8 x float> %sr1.s0_0, <8 x float> %sr1.s0_1, <8 x i32> <i32 2, i32 3, i32 6, i32 7, i32 10, i32 11, i32 14, i32 15>
+  %sr1.s1_0 = fadd <8 x float> %sr1.s1_0.a, %sr1.s1_0.b
+
+  %sr1.s1_1.a = shufflevector <8 x float> %sr1.s0_2, <8 x float> %sr1.s0_3, <8 x i32> <i32 0, i32 1, i32 4, i32 5, i32 8, i32 9, i32 12, i32 13>
+  %sr1.s1_1.b = shufflevector <8 x float> %sr1.s0_2, <8 x float> %sr1.s0_3, <8 x i32> <i32 2, i32 3, i32 6, i32 7, i32 10, i32 11, i32 14, i32 15>
+  %sr1.s1_1 = fadd <8 x float> %sr1.s1_1.a, %sr1.s1_1.b
+
+  %sr1.s2_0.a = shufflevector <8 x float> %sr1.s1_0, <8 x float> %sr1.s1_1, <8 x i32> <i32 0, i32 2, i32 4, i32 6, i32 8, i32 10, i32 12, i32 14>
+  %sr1.s2_0.b = shufflevector <8 x float> %sr1.s1_0, <8 x float> %sr1.s1_1, <8 x i32> <i32 1, i32 3, i32 5, i32 7, i32 9, i32 11, i32 13, i32 15>
+  %sr1.s2_0 = fadd <8 x float> %sr1.s2_0.a, %sr1.s2_0.b
+
   %sr1 = fadd <8 x float> %sr1.s2_0, zeroinitializer
 
   %s1 = select <8 x i1> %valid1, <8 x float> %sr1, <8 x float> splat (float 0xFFF0000000000000)

@@ -52,7 +52,10 @@ their ratio, the completion tok/s over the wall time, TTFT p50, the draft tokens
 proposed where the server tells (Reame's /metrics `vllm:spec_decode*` counters or its
 GET /v1/adaptive "speculation" section; llama-server's per-request timings draft_n /
 draft_n_accepted), and for reame-on / reame-restart the requests whose output differs from
-reame-off's at the same concurrency (greedy: there must be none; printed, their indices kept).
+reame-off's at the same concurrency (greedy: there must be none; printed, their indices kept);
+and what their last-20 median is made of: each of the last 20 requests' decode tok/s over the
+same request's on reame-off, by group (new content, reused content with a new question, the same
+question asked again), the median and how many reach 2x.
 The table is printed; every request's record goes to --json; --markdown FILE puts a dated section
 between <!-- speculate:begin --> and <!-- speculate:end --> (appended the first time); --plot
 draws decode tok/s per request index, a line per server, at the first concurrency level
@@ -512,6 +515,44 @@ def restart_lines(runs: list[dict]) -> list[str]:
     return out
 
 
+GROUPS = (("new", "new content"), ("reuse", "reused content, a new question"),
+          ("same", "the same question again"))
+
+
+def request_group(req: dict) -> str:
+    """A repetitive request's group: its content new, reused with a new question, or the same
+    question asked again (whose greedy answer the server has already written)."""
+    return "same" if req.get("same_question") else "reuse" if req.get("reuse") else "new"
+
+
+def group_lines(runs: list[dict], work: list[dict]) -> list[str]:
+    """Per concurrency, reame-on's and reame-restart's last 20 of the repetitive workload against
+    the same requests on reame-off, by request group: how many, the median of each request's
+    decode tok/s ratio, how many reach 2x. What the last-20 median is made of: a request whose
+    answer is new text has little to draft, one asked again drafts its whole answer."""
+    out = []
+    group = {w["i"]: request_group(w) for w in work}
+    by = {(r["server"], r["concurrency"]): r for r in runs if r["workload"] == "repetitive"}
+    for (server, c), r in by.items():
+        off = by.get(("reame-off", c))
+        if server not in ("reame-on", "reame-restart") or off is None:
+            continue
+        base = {x["i"]: x["decode_tok_s"] for x in off["requests"]}
+        last = sorted(x["i"] for x in r["requests"])[-LAST:]
+        got = {x["i"]: x["decode_tok_s"] for x in r["requests"]}
+        parts = []
+        for g, label in GROUPS:
+            ratios = [got[i] / base[i] for i in last
+                      if group.get(i) == g and got.get(i) and base.get(i)]
+            if ratios:
+                parts.append(f"{label} {len(ratios)} (median {median(ratios):.2f}x, "
+                             f"{sum(x >= 2 for x in ratios)} at >= 2x)")
+        if parts:
+            out.append(f"C={c}: {server}'s last {LAST} / reame-off's, by request: "
+                       + "; ".join(parts))
+    return out
+
+
 def control_lines(runs: list[dict]) -> list[str]:
     """The control workload's rounds pooled: reame-on against reame-off, throughput (completion
     tokens over summed wall times) and the p95 time per output token over all requests."""
@@ -775,7 +816,8 @@ def main(argv=None) -> int:
     command = "python -m bench.speculate" + (" " + shlex.join(argv) if argv else "")
     when = time.strftime("%Y-%m-%d")
     text = table(runs)
-    notes = identity_lines(runs) + restart_lines(runs) + control_lines(runs)
+    notes = (identity_lines(runs) + restart_lines(runs) + group_lines(runs, work)
+             + control_lines(runs))
     print("\n" + text + "\n")
     for line in notes:
         print(line)

@@ -410,3 +410,29 @@ def test_control_lines_split_off_the_drain_and_show_the_guard():
     assert "(1.700x)" in lines[0] and lines[1].endswith("p95 time per output token 1.000x")
     assert lines[2].endswith("per round: p95 1.021, 1.025; max 1.030, 1.031")
 
+
+
+def test_group_lines_split_the_last_20_by_request_group():
+    """The last 20 of 30 requests by group, each request's ratio to reame-off's same request:
+    new content at 1.0x, reused content 1.5x, the same question 3.0x; the first 10 (outside the
+    window) at 9x. Catches a window taken from the front, ratios inverted (off / on), groups
+    read from the wrong flag (reuse for same_question: the same-question requests are reused
+    too) and reame-on set against another concurrency's reame-off."""
+    work = [{"i": i, "reuse": i % 3 > 0, "same_question": i % 3 == 2} for i in range(30)]
+    speed = {"new": 1.0, "reuse": 1.5, "same": 3.0}
+
+    def run(server, c, on):
+        reqs = [{"i": i, "decode_tok_s": 50.0 * (9.0 if on and i < 10 else
+                                                 speed[sp.request_group(w)] if on else 1.0)}
+                for i, w in enumerate(work)]
+        return {"server": server, "workload": "repetitive", "concurrency": c, "requests": reqs}
+    runs = [run("reame-off", 1, False), run("reame-on", 1, True),
+            {**run("reame-off", 4, False), "requests": [{"i": i, "decode_tok_s": 25.0}
+                                                        for i in range(30)]},
+            run("reame-on", 4, True), run("llama", 1, False)]
+    lines = sp.group_lines(runs, work)
+    want = ("new content 6 (median 1.00x, 0 at >= 2x); reused content, a new question 7 "
+            "(median 1.50x, 0 at >= 2x); the same question again 7 (median 3.00x, 7 at >= 2x)")
+    assert lines[0] == "C=1: reame-on's last 20 / reame-off's, by request: " + want
+    assert lines[1].startswith("C=4: reame-on's last 20") and "new content 6 (median 2.00x, 6 at" in lines[1]
+    assert len(lines) == 2

@@ -27,7 +27,8 @@ it checks (2026-12-05, three rounds: per round 1.27x, 1.00x, 1.03x; the pooled r
 in four runs of the same code within an hour), so the rounds are many and short (~15 s). The
 control line pools the rounds: throughput on / off (completion tokens over the summed wall
 times) and the p95 time per output token over every round's requests; then, as
-diagnostics, the same p95 ratio without each round's last 16 requests (the drain, where fewer
+diagnostics, each round's own throughput ratio (its two servers back to back: ~3% apart from
+round to round on a 2-vCPU VM, 2026-12-07), the same p95 ratio without each round's last 16 requests (the drain, where fewer
 run at once and which requests overlap depends on how fast the earlier ones went) and
 reame-on's own accounting per round (GET /v1/adaptive "speculation" tpot_vs_no_drafts: each
 sequence's time per token on the measured step costs over its tokens' cost on steps without
@@ -578,6 +579,18 @@ def control_lines(runs: list[dict]) -> list[str]:
     out = [f"control, {on['n']} round(s) pooled: throughput reame-on / reame-off "
            f"{thr:.3f}x, p95 time per output token {t_on * 1e3:.1f} / {t_off * 1e3:.1f} ms "
            f"({t_on / t_off:.3f}x) over {len(on['tpot'])} / {len(off['tpot'])} requests"]
+    # each round's own ratio (its two servers back to back): how far one round moves
+    rounds: dict[int, dict] = {}
+    for r in runs:
+        if r["workload"] == "control" and r["server"] in ("reame-off", "reame-on") \
+                and r["summary"]["wall_s"]:
+            rounds.setdefault(r.get("round", 0), {})[r["server"]] = (
+                r["summary"]["completion_tokens"] / r["summary"]["wall_s"])
+    per = [v["reame-on"] / v["reame-off"] for _, v in sorted(rounds.items()) if len(v) == 2]
+    if len(per) > 1:
+        out.append("control, throughput reame-on / reame-off per round: "
+                   + ", ".join(f"{x:.3f}" for x in per)
+                   + f" (from {min(per):.3f} to {max(per):.3f})")
     if off["head"] and on["head"]:
         h_off, h_on = (trace.percentile(p["head"], 95) for p in (off, on))
         out.append(f"control without each round's last {CONTROL_CONCURRENCY} requests (the "

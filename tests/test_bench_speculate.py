@@ -436,3 +436,19 @@ def test_group_lines_split_the_last_20_by_request_group():
     assert lines[0] == "C=1: reame-on's last 20 / reame-off's, by request: " + want
     assert lines[1].startswith("C=4: reame-on's last 20") and "new content 6 (median 2.00x, 6 at" in lines[1]
     assert len(lines) == 2
+
+
+def test_control_lines_give_each_rounds_throughput_ratio():
+    """Three rounds, reame-on at 0.9x, 1.0x and 1.2x its round's reame-off (reame-off itself
+    at 500, 600 and 400 tok/s): the per-round line pairs each round's two servers. Catches the
+    ratio inverted (1.111, 1.000, 0.833) and a repetitive run counted in as round 0's reame-on."""
+    def run(server, round_, tok_s, workload="control"):
+        return {"workload": workload, "server": server, "round": round_,
+                "requests": [{"i": i, "decode_tok_s": 40.0} for i in range(20)],
+                "summary": {"completion_tokens": int(tok_s * 10), "wall_s": 10.0}}
+    runs = [run("reame-off", 0, 500), run("reame-on", 0, 450), run("reame-on", 1, 600),
+            run("reame-off", 1, 600), run("reame-off", 2, 400), run("reame-on", 2, 480),
+            run("reame-on", 0, 5000, "repetitive")]
+    lines = sp.control_lines(runs)
+    assert ("control, throughput reame-on / reame-off per round: 0.900, 1.000, 1.200 "
+            "(from 0.900 to 1.200)") in lines

@@ -28,8 +28,9 @@ in four runs of the same code within an hour), so the rounds are many and short 
 control line pools the rounds: throughput on / off (completion tokens over the summed wall
 times) and the p95 time per output token over every round's requests; then, as
 diagnostics, each round's own throughput ratio (its two servers back to back: ~3% apart from
-round to round on a 2-vCPU VM, 2026-12-07), the same p95 ratio without each round's last 16 requests (the drain, where fewer
-run at once and which requests overlap depends on how fast the earlier ones went) and
+round to round on a 2-vCPU VM, 2026-12-07), the same p95 ratio without each round's last
+16 requests (the drain, where fewer run at once and which requests overlap depends on how
+fast the earlier ones went) and
 reame-on's own accounting per round (GET /v1/adaptive "speculation" tpot_vs_no_drafts: each
 sequence's time per token on the measured step costs over its tokens' cost on steps without
 drafts; the guard keeps it at most 1.03 where only others' drafts lengthened its steps).
